@@ -1,0 +1,1 @@
+//! The GPU device model and NVML.

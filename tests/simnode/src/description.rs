@@ -1,0 +1,470 @@
+//! The node description: what the simulated node has, in one JSON file.
+//!
+//! The same file is read by the simulated NVML library (at `nvmlInit`) and by the tree builder, so
+//! both always agree on GPUs, minors and UUIDs. Loading reports the file and the field that failed
+//! (`gpus[1].uuid`), because a developer editing a description by hand needs to know where.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Environment variable naming the node description file. Checked first by the simulated NVML.
+pub const NODE_ENV: &str = "NVINJECT_SIM_NODE";
+
+/// Where the simulated NVML looks when neither [`NODE_ENV`] nor an embedded description gives one.
+pub const DEFAULT_NODE_PATH: &str = "/etc/nvinject-sim/node.json";
+
+/// A whole simulated node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDescription {
+    /// Short name for logs and `nvidia-smi` headers (the preset name for presets).
+    pub name: String,
+    /// The (simulated) kernel driver and user-space versions.
+    pub driver: DriverDescription,
+    /// GPUs in PCI bus order: the position in this list is the NVML index on an unrestricted host.
+    pub gpus: Vec<GpuDescription>,
+    /// NVLink connections between GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvLinkDescription>,
+    /// Root under which the node's device nodes live (`<dev_root>/dev/nvidia0`). Filled in by
+    /// `nvinject-simnode build`; when absent, or when it does not exist (inside a container), the
+    /// simulated NVML uses `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev_root: Option<PathBuf>,
+    /// Append-only file through which tests inject XID events (see the simnvml README).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_file: Option<PathBuf>,
+}
+
+/// Driver and CUDA versions, and whether the kernel module is loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverDescription {
+    /// Driver version as `nvidia-smi` prints it, e.g. `550.54.15`.
+    pub version: String,
+    /// CUDA driver API version as NVML encodes it: 1000 * major + 10 * minor (12040 = 12.4).
+    pub cuda_version: i32,
+    /// When false, `nvmlInit` fails with `NVML_ERROR_DRIVER_NOT_LOADED`.
+    #[serde(default = "yes")]
+    pub loaded: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One physical GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuDescription {
+    /// Product name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// `GPU-` followed by a lower-case 8-4-4-4-12 UUID.
+    pub uuid: String,
+    /// PCI bus id in NVML's form: `00000000:18:00.0` (8 hex digit domain).
+    pub pci_bus_id: String,
+    /// PCI device id in NVML's layout: `device << 16 | vendor` (0x233010DE for H100 SXM).
+    pub pci_device_id: u32,
+    /// PCI subsystem id in the same layout.
+    pub pci_subsystem_id: u32,
+    /// Minor number of `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// Total framebuffer memory in MiB.
+    pub memory_mib: u64,
+    /// CUDA compute capability `[major, minor]`.
+    pub compute_capability: [i32; 2],
+    /// GPU architecture.
+    pub architecture: Architecture,
+    /// NUMA node of the GPU's PCI root, if the platform has NUMA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// GPUs that share a PCIe switch report `NVML_TOPOLOGY_SINGLE` to each other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_switch: Option<u32>,
+    /// Board serial number.
+    pub serial: String,
+    /// Streaming multiprocessors on the whole GPU.
+    pub multiprocessor_count: u32,
+    /// Current readings, returned as-is by the sensor queries.
+    #[serde(default)]
+    pub telemetry: Telemetry,
+    /// MIG capability and configuration; absent for GPUs that cannot do MIG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigDescription>,
+}
+
+/// Sensor readings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    /// Core temperature in degrees Celsius.
+    pub temperature_c: u32,
+    /// Board power draw in milliwatts.
+    pub power_mw: u32,
+    /// GPU utilisation in percent.
+    pub gpu_util_percent: u32,
+    /// Memory controller utilisation in percent.
+    pub memory_util_percent: u32,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry { temperature_c: 34, power_mw: 70_000, gpu_util_percent: 0, memory_util_percent: 0 }
+    }
+}
+
+/// GPU architectures NVML reports (`nvmlDeviceArchitecture_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Kepler (2).
+    Kepler,
+    /// Maxwell (3).
+    Maxwell,
+    /// Pascal (4).
+    Pascal,
+    /// Volta (5).
+    Volta,
+    /// Turing (6).
+    Turing,
+    /// Ampere (7).
+    Ampere,
+    /// Ada Lovelace (8).
+    Ada,
+    /// Hopper (9).
+    Hopper,
+    /// Blackwell (10).
+    Blackwell,
+}
+
+impl Architecture {
+    /// The `NVML_DEVICE_ARCH_*` value.
+    pub fn nvml_value(self) -> u32 {
+        match self {
+            Architecture::Kepler => 2,
+            Architecture::Maxwell => 3,
+            Architecture::Pascal => 4,
+            Architecture::Volta => 5,
+            Architecture::Turing => 6,
+            Architecture::Ampere => 7,
+            Architecture::Ada => 8,
+            Architecture::Hopper => 9,
+            Architecture::Blackwell => 10,
+        }
+    }
+}
+
+/// MIG state of a MIG-capable GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigDescription {
+    /// Current MIG mode (pending mode is reported equal to it).
+    pub enabled: bool,
+    /// GPU instances; must be empty when MIG is disabled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_instances: Vec<GpuInstanceDescription>,
+}
+
+/// A MIG GPU instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuInstanceDescription {
+    /// GPU instance id as the driver assigns it.
+    pub id: u32,
+    /// Profile name as `nvidia-smi mig -lgip` prints it, e.g. `3g.40gb`.
+    pub profile: String,
+    /// First memory slice of the placement.
+    pub placement_start: u32,
+    /// Compute instances inside this GPU instance; each is one MIG device.
+    pub compute_instances: Vec<ComputeInstanceDescription>,
+}
+
+/// A MIG compute instance: what NVML and CUDA call a MIG device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeInstanceDescription {
+    /// Compute instance id within its GPU instance.
+    pub id: u32,
+    /// Compute profile: the GPU instance's own profile name for a full-size CI, or `Nc.<gi profile>`.
+    pub profile: String,
+    /// `MIG-` followed by an 8-4-4-4-12 UUID.
+    pub uuid: String,
+}
+
+/// `links` NVLink links between two GPUs (indices into [`NodeDescription::gpus`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLinkDescription {
+    /// The two GPUs, by position in the description.
+    pub gpus: [usize; 2],
+    /// Number of links between them.
+    pub links: u32,
+}
+
+/// Why a description could not be used; always names the file and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptionError {
+    /// The file could not be read.
+    #[error("{path}: cannot read node description: {source}")]
+    Read {
+        /// File that failed.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The JSON is malformed or a field has the wrong type.
+    #[error("{path}: field `{field}`: {message}")]
+    Parse {
+        /// File that failed.
+        path: PathBuf,
+        /// JSON path of the field, e.g. `gpus[1].uuid`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The JSON parses but describes an impossible node.
+    #[error("{path}: field `{field}`: {message}")]
+    Invalid {
+        /// File that failed.
+        path: PathBuf,
+        /// Path of the offending field.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// A semantic problem found by [`NodeDescription::validate`], before a file name is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    /// Path of the field, e.g. `gpus[2].minor`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for FieldProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "field `{}`: {}", self.field, self.message)
+    }
+}
+
+impl NodeDescription {
+    /// Reads and validates a description file.
+    pub fn load(path: &Path) -> Result<Self, DescriptionError> {
+        let bytes =
+            std::fs::read(path).map_err(|source| DescriptionError::Read { path: path.to_owned(), source })?;
+        Self::from_slice(&bytes, path)
+    }
+
+    /// Parses and validates description bytes; `origin` names them in errors.
+    pub fn from_slice(bytes: &[u8], origin: &Path) -> Result<Self, DescriptionError> {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let node: NodeDescription =
+            serde_path_to_error::deserialize(&mut de).map_err(|e| DescriptionError::Parse {
+                path: origin.to_owned(),
+                field: match e.path().to_string() {
+                    p if p == "." => "(top level)".to_owned(),
+                    p => p,
+                },
+                message: e.inner().to_string(),
+            })?;
+        node.validate().map_err(|p| DescriptionError::Invalid {
+            path: origin.to_owned(),
+            field: p.field,
+            message: p.message,
+        })?;
+        Ok(node)
+    }
+
+    /// Serialises the description as pretty JSON (stable field order).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a description always serialises");
+        s.push('\n');
+        s
+    }
+
+    /// Checks what serde cannot: unique identities, well-formed ids, consistent MIG and NVLink data.
+    pub fn validate(&self) -> Result<(), FieldProblem> {
+        let problem = |field: String, message: String| Err(FieldProblem { field, message });
+        if self.driver.version.split('.').count() < 2
+            || !self.driver.version.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return problem(
+                "driver.version".into(),
+                format!("`{}` is not a driver version such as `550.54.15`", self.driver.version),
+            );
+        }
+        if self.driver.cuda_version < 1000 {
+            return problem(
+                "driver.cuda_version".into(),
+                format!(
+                    "{} is not NVML's encoding (1000*major + 10*minor, e.g. 12040)",
+                    self.driver.cuda_version
+                ),
+            );
+        }
+        let mut uuids = BTreeSet::new();
+        let mut minors = BTreeSet::new();
+        let mut buses = BTreeSet::new();
+        for (i, gpu) in self.gpus.iter().enumerate() {
+            let at = |f: &str| format!("gpus[{i}].{f}");
+            if !is_uuid_with_prefix(&gpu.uuid, "GPU-") {
+                return problem(at("uuid"), format!("`{}` is not `GPU-` + an 8-4-4-4-12 hex UUID", gpu.uuid));
+            }
+            if !uuids.insert(gpu.uuid.to_ascii_lowercase()) {
+                return problem(at("uuid"), format!("`{}` is used by another GPU", gpu.uuid));
+            }
+            if !is_nvml_bus_id(&gpu.pci_bus_id) {
+                return problem(
+                    at("pci_bus_id"),
+                    format!("`{}` is not NVML's form `00000000:18:00.0`", gpu.pci_bus_id),
+                );
+            }
+            if !buses.insert(gpu.pci_bus_id.to_ascii_lowercase()) {
+                return problem(at("pci_bus_id"), format!("`{}` is used by another GPU", gpu.pci_bus_id));
+            }
+            // 254 and 255 are nvidia-modeset and nvidiactl.
+            if gpu.minor >= 254 {
+                return problem(at("minor"), format!("{} is reserved; GPU minors are 0..=253", gpu.minor));
+            }
+            if !minors.insert(gpu.minor) {
+                return problem(at("minor"), format!("{} is used by another GPU", gpu.minor));
+            }
+            if gpu.pci_device_id & 0xffff != 0x10de {
+                return problem(
+                    at("pci_device_id"),
+                    format!("{:#010x} does not end in NVIDIA's vendor id 10de", gpu.pci_device_id),
+                );
+            }
+            if let Some(mig) = &gpu.mig {
+                if !mig.enabled && !mig.gpu_instances.is_empty() {
+                    return problem(at("mig.gpu_instances"), "GPU instances need `mig.enabled: true`".into());
+                }
+                let mut gi_ids = BTreeSet::new();
+                for (g, gi) in mig.gpu_instances.iter().enumerate() {
+                    let gat = |f: &str| format!("gpus[{i}].mig.gpu_instances[{g}].{f}");
+                    if !gi_ids.insert(gi.id) {
+                        return problem(gat("id"), format!("GPU instance id {} is used twice", gi.id));
+                    }
+                    let mut ci_ids = BTreeSet::new();
+                    for (c, ci) in gi.compute_instances.iter().enumerate() {
+                        let cat =
+                            |f: &str| format!("gpus[{i}].mig.gpu_instances[{g}].compute_instances[{c}].{f}");
+                        if !ci_ids.insert(ci.id) {
+                            return problem(
+                                cat("id"),
+                                format!("compute instance id {} is used twice", ci.id),
+                            );
+                        }
+                        if !is_uuid_with_prefix(&ci.uuid, "MIG-") {
+                            return problem(
+                                cat("uuid"),
+                                format!("`{}` is not `MIG-` + an 8-4-4-4-12 hex UUID", ci.uuid),
+                            );
+                        }
+                        if !uuids.insert(ci.uuid.to_ascii_lowercase()) {
+                            return problem(cat("uuid"), format!("`{}` is used by another device", ci.uuid));
+                        }
+                    }
+                }
+            }
+        }
+        for (l, link) in self.nvlinks.iter().enumerate() {
+            for g in link.gpus {
+                if g >= self.gpus.len() {
+                    return problem(
+                        format!("nvlinks[{l}].gpus"),
+                        format!("GPU {g} does not exist; the node has {} GPUs", self.gpus.len()),
+                    );
+                }
+            }
+            if link.gpus[0] == link.gpus[1] {
+                return problem(format!("nvlinks[{l}].gpus"), "a GPU cannot be linked to itself".into());
+            }
+            if link.links == 0 {
+                return problem(format!("nvlinks[{l}].links"), "must be at least 1".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True for `<prefix>xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (hex digits).
+pub fn is_uuid_with_prefix(s: &str, prefix: &str) -> bool {
+    let Some(rest) = s.strip_prefix(prefix) else { return false };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// True for NVML's bus id form `DDDDDDDD:BB:DD.F`.
+pub fn is_nvml_bus_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    b.len() == 16
+        && hex(0..8)
+        && b[8] == b':'
+        && hex(9..11)
+        && b[11] == b':'
+        && hex(12..14)
+        && b[14] == b'.'
+        && hex(15..16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(json: &str) -> Result<NodeDescription, DescriptionError> {
+        NodeDescription::from_slice(json.as_bytes(), Path::new("/x/node.json"))
+    }
+
+    #[test]
+    fn every_preset_is_valid_and_round_trips() {
+        for name in crate::presets::NAMES {
+            let node = crate::presets::preset(name).unwrap();
+            let again = load(&node.to_json()).unwrap();
+            assert_eq!(node, again, "{name}");
+        }
+    }
+
+    #[test]
+    fn type_error_names_file_and_field() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&crate::presets::preset("h100x8").unwrap().to_json()).unwrap();
+        v["gpus"][1]["minor"] = serde_json::json!("one");
+        let err = load(&v.to_string()).unwrap_err().to_string();
+        assert!(err.starts_with("/x/node.json: field `gpus[1].minor`"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_uuid_is_named() {
+        let mut node = crate::presets::preset("h100x8").unwrap();
+        node.gpus[3].uuid = node.gpus[0].uuid.clone();
+        let err = load(&node.to_json()).unwrap_err().to_string();
+        assert!(err.contains("gpus[3].uuid") && err.contains("used by another GPU"), "{err}");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        let err = load(r#"{"name":"x","driver":{"version":"1.2","cuda_version":12000},"gpus":[],"gpu":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn bus_id_and_uuid_forms() {
+        assert!(is_nvml_bus_id("00000000:18:00.0"));
+        assert!(!is_nvml_bus_id("0000:18:00.0"));
+        assert!(is_uuid_with_prefix("GPU-12345678-1234-1234-1234-123456789abc", "GPU-"));
+        assert!(!is_uuid_with_prefix("GPU-12345678-1234-1234-1234-123456789ab", "GPU-"));
+    }
+}
