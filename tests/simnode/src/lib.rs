@@ -9,6 +9,7 @@
 //! This crate must never be a dependency of production code: nothing outside `tests/` and
 //! `integration/` may know that the node is simulated.
 
+pub mod artifacts;
 pub mod description;
 pub mod embed;
 pub mod events;

@@ -1,0 +1,63 @@
+//! Finding the workspace's own build outputs from tests and tools.
+//!
+//! Tests drive real binaries (the simulated NVML, `nvidia-smi` stand-in, shim, hook) as separate
+//! processes, so they need those files built and fresh. [`artifact`] asks cargo to build the package
+//! (a no-op when up to date; cargo releases its build lock before running tests, so this is safe from
+//! inside `cargo test`) and returns the path in the same target directory and profile as the caller.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The profile directory (`<target>/debug` or `<target>/release`) the running executable belongs to.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("executable has a parent").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps" || n == "examples") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Builds `package` with cargo (once per process) and returns `<profile dir>/<file>`.
+///
+/// Panics with the command to run when the file cannot be produced: in a test, that is the message
+/// a developer needs.
+pub fn artifact(package: &str, file: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let dir = profile_dir();
+    let path = dir.join(file);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.contains(package) {
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            build(Path::new(&cargo), package, &dir);
+        }
+        built.insert(package.to_owned());
+    }
+    assert!(path.exists(), "{} is missing: run `cargo build -p {package}`", path.display());
+    path
+}
+
+fn build(cargo: &Path, package: &str, profile_dir: &Path) {
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", package]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    if let Some(target) = profile_dir.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo.display()));
+    assert!(status.success(), "`cargo build -p {package}` failed");
+}
+
+/// The simulated NVML library as cargo builds it (`libnvidia_ml.so`, SONAME `libnvidia-ml.so.1`).
+pub fn sim_nvml_lib() -> PathBuf {
+    artifact("nvinject-simnvml", "libnvidia_ml.so")
+}
+
+/// A binary of the simulated node package (`nvinject-simnode`, `nvidia-smi`).
+pub fn simnode_bin(name: &str) -> PathBuf {
+    artifact("nvinject-simnode", name)
+}
