@@ -1,1 +1,20 @@
-//! The GPU device model and NVML.
+//! The GPU device model ([`Inventory`]) and its one source, NVML.
+//!
+//! Job: turn what NVML reports into an owned, plain value (GPUs, MIG devices, NVLink links, PCIe
+//! topology, driver versions) that every other crate computes from, and name devices the way CDI
+//! specs and the device plugin both do ([`naming`]), so the two can never disagree.
+//!
+//! Boundary: [`nvml`] is the only module that performs I/O (it loads `libnvidia-ml.so.1` through
+//! `nvml-wrapper`, from a path the caller chooses). Everything else is pure. This crate never reads
+//! the driver's files, writes anything, or keeps NVML loaded after discovery returns.
+
+pub mod model;
+pub mod naming;
+pub mod nvml;
+
+pub use model::{
+    ComputeCapability, CudaVersion, DeviceUuid, DriverInfo, Gpu, Inventory, MigDevice, MigProfile, NvLink,
+    PciBusId, TopologyLevel,
+};
+pub use naming::{DeviceRef, NamingStrategy};
+pub use nvml::{NvmlError, discover};
