@@ -16,6 +16,9 @@ pub const NODE_ENV: &str = "NVINJECT_SIM_NODE";
 /// Where the simulated NVML looks when neither [`NODE_ENV`] nor an embedded description gives one.
 pub const DEFAULT_NODE_PATH: &str = "/etc/nvinject-sim/node.json";
 
+/// NVML's `NVML_NVLINK_MAX_LINKS`: link numbers a GPU can have.
+pub const MAX_NVLINKS_PER_GPU: u32 = 18;
+
 /// A whole simulated node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -389,7 +392,20 @@ impl NodeDescription {
                 return problem(format!("nvlinks[{l}].links"), "must be at least 1".into());
             }
         }
-        Ok(())
+        // NVML numbers links 0..NVML_NVLINK_MAX_LINKS per GPU; a real A100 has 12, an H100 18.
+        for gpu in 0..self.gpus.len() {
+            let total: u32 = self.nvlinks.iter().filter(|l| l.gpus.contains(&gpu)).map(|l| l.links).sum();
+            if total > MAX_NVLINKS_PER_GPU {
+                let first = self.nvlinks.iter().position(|l| l.gpus.contains(&gpu)).unwrap_or(0);
+                return problem(
+                    format!("nvlinks[{first}].links"),
+                    format!(
+                        "GPU {gpu} would have {total} NVLink links; NVML numbers at most {MAX_NVLINKS_PER_GPU} per GPU"
+                    ),
+                );
+            }
+        }
+        crate::mig::check_profiles(self)
     }
 }
 
@@ -450,6 +466,17 @@ mod tests {
         node.gpus[3].uuid = node.gpus[0].uuid.clone();
         let err = load(&node.to_json()).unwrap_err().to_string();
         assert!(err.contains("gpus[3].uuid") && err.contains("used by another GPU"), "{err}");
+    }
+
+    #[test]
+    fn too_many_nvlinks_are_named() {
+        let mut node = crate::presets::preset("a100-mig").unwrap();
+        node.nvlinks[0].links = 12;
+        let err = load(&node.to_json()).unwrap_err().to_string();
+        assert!(
+            err.contains("nvlinks[0].links") && err.contains("GPU 0 would have 20 NVLink links"),
+            "{err}"
+        );
     }
 
     #[test]

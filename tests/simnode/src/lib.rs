@@ -10,9 +10,12 @@
 //! `integration/` may know that the node is simulated.
 
 pub mod artifacts;
+pub mod build;
 pub mod description;
+pub mod elf;
 pub mod embed;
 pub mod events;
+pub mod mig;
 pub mod presets;
 
 pub use description::{DescriptionError, NodeDescription};

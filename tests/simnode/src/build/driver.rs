@@ -1,0 +1,192 @@
+//! What a driver root holds: the library table and the small configuration files, as values.
+//!
+//! The names, SONAMEs and symlinks follow NVIDIA's x86_64 Linux driver as Debian/Ubuntu and the
+//! `.run` installer lay it out (driver 550): most libraries have a `.so.1` (or `.so.0`, `.so.2`,
+//! `.so.4`) SONAME link; the internal ones (`libnvidia-glcore`, `-eglcore`, `-tls`, `-glsi`,
+//! `-glvkspirv`, `-rtcore`, `-gpucomp`) use the full versioned file name as their SONAME and get no
+//! link. Every library except `libnvidia-ml` is a stub from [`crate::elf`].
+
+/// How a library's SONAME is formed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SonameKind {
+    /// `lib<X>.so.<N>`, with a SONAME symlink to the versioned file.
+    Major(&'static str),
+    /// The versioned file name itself; no symlink.
+    Versioned,
+}
+
+/// The version part of a library's file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileVersion {
+    /// The driver version (`libcuda.so.550.54.15`).
+    Driver,
+    /// A version of its own (`libnvidia-egl-gbm.so.1.1.1` ships outside the driver's numbering).
+    Own(&'static str),
+}
+
+/// One driver library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverLibrary {
+    /// File name stem, e.g. `libcuda`.
+    pub stem: &'static str,
+    /// How the SONAME is formed.
+    pub soname: SonameKind,
+    /// Version in the file name.
+    pub version: FileVersion,
+    /// Also ships the unversioned development link `lib<X>.so -> <SONAME>` (libcuda, from the -dev
+    /// package: CUDA applications `dlopen("libcuda.so")`).
+    pub dev_link: bool,
+}
+
+impl DriverLibrary {
+    /// File name for driver `version`, e.g. `libcuda.so.550.54.15`.
+    pub fn file_name(&self, driver_version: &str) -> String {
+        match self.version {
+            FileVersion::Driver => format!("{}.so.{driver_version}", self.stem),
+            FileVersion::Own(v) => format!("{}.so.{v}", self.stem),
+        }
+    }
+
+    /// SONAME for driver `version`, e.g. `libcuda.so.1`.
+    pub fn soname(&self, driver_version: &str) -> String {
+        match self.soname {
+            SonameKind::Major(n) => format!("{}.so.{n}", self.stem),
+            SonameKind::Versioned => self.file_name(driver_version),
+        }
+    }
+}
+
+const fn lib(stem: &'static str, soname: SonameKind) -> DriverLibrary {
+    DriverLibrary { stem, soname, version: FileVersion::Driver, dev_link: false }
+}
+
+/// The stem of the NVML library, which is the simulated NVML rather than a stub.
+pub const NVML_STEM: &str = "libnvidia-ml";
+
+/// Every library the driver root holds.
+pub const LIBRARIES: &[DriverLibrary] = &[
+    DriverLibrary {
+        stem: "libcuda",
+        soname: SonameKind::Major("1"),
+        version: FileVersion::Driver,
+        dev_link: true,
+    },
+    lib(NVML_STEM, SonameKind::Major("1")),
+    lib("libnvidia-ptxjitcompiler", SonameKind::Major("1")),
+    lib("libnvidia-nvvm", SonameKind::Major("4")),
+    lib("libnvidia-cfg", SonameKind::Major("1")),
+    lib("libnvidia-gpucomp", SonameKind::Versioned),
+    lib("libnvidia-allocator", SonameKind::Major("1")),
+    lib("libnvidia-opencl", SonameKind::Major("1")),
+    lib("libnvidia-encode", SonameKind::Major("1")),
+    lib("libnvcuvid", SonameKind::Major("1")),
+    lib("libcudadebugger", SonameKind::Major("1")),
+    lib("libEGL_nvidia", SonameKind::Major("0")),
+    lib("libGLESv2_nvidia", SonameKind::Major("2")),
+    lib("libGLESv1_CM_nvidia", SonameKind::Major("1")),
+    lib("libGLX_nvidia", SonameKind::Major("0")),
+    lib("libnvidia-eglcore", SonameKind::Versioned),
+    lib("libnvidia-glcore", SonameKind::Versioned),
+    lib("libnvidia-tls", SonameKind::Versioned),
+    lib("libnvidia-glsi", SonameKind::Versioned),
+    lib("libnvidia-glvkspirv", SonameKind::Versioned),
+    lib("libnvidia-rtcore", SonameKind::Versioned),
+    lib("libnvoptix", SonameKind::Major("1")),
+    // Named by 15_nvidia_gbm.json; without it that file would point at nothing.
+    DriverLibrary {
+        stem: "libnvidia-egl-gbm",
+        soname: SonameKind::Major("1"),
+        version: FileVersion::Own("1.1.1"),
+        dev_link: false,
+    },
+];
+
+/// Programs in `usr/bin`. The first is the `nvidia-smi` stand-in; the others are copies of it
+/// that, called by these names, say what they are and exit 0.
+pub const BINARIES: &[&str] = &[
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// GSP firmware images under `lib/firmware/nvidia/<version>/`.
+pub const FIRMWARE: &[&str] = &["gsp_ga10x.bin", "gsp_tu10x.bin"];
+
+/// Vulkan API version the 550 driver's ICD manifest announces.
+const VULKAN_API_VERSION: &str = "1.3.277";
+
+/// Small configuration files, as `(path relative to the driver root, contents)`.
+pub fn config_files(driver_version: &str) -> Vec<(String, String)> {
+    let icd = format!(
+        "{{\n    \"file_format_version\" : \"1.0.1\",\n    \"ICD\": {{\n        \"library_path\": \
+         \"libGLX_nvidia.so.0\",\n        \"api_version\" : \"{VULKAN_API_VERSION}\"\n    }}\n}}\n"
+    );
+    let layers = format!(
+        "{{\n    \"file_format_version\" : \"1.0.1\",\n    \"layer\": {{\n        \"name\": \
+         \"VK_LAYER_NV_optimus\",\n        \"type\": \"INSTANCE\",\n        \"library_path\": \
+         \"libGLX_nvidia.so.0\",\n        \"api_version\" : \"{VULKAN_API_VERSION}\",\n        \
+         \"implementation_version\" : \"1\",\n        \"description\" : \"NVIDIA Optimus layer\",\n        \
+         \"functions\": {{\n            \"vkGetInstanceProcAddr\": \"vk_optimusGetInstanceProcAddr\",\n            \
+         \"vkGetDeviceProcAddr\": \"vk_optimusGetDeviceProcAddr\"\n        }},\n        \
+         \"enable_environment\": {{\n            \"__NV_PRIME_RENDER_OFFLOAD\": \"1\"\n        }},\n        \
+         \"disable_environment\": {{\n            \"DISABLE_LAYER_NV_OPTIMUS_1\": \"\"\n        }}\n    }}\n}}\n"
+    );
+    let egl_vendor = "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \
+                      \"library_path\" : \"libEGL_nvidia.so.0\"\n    }\n}\n";
+    let gbm = "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \
+               \"library_path\" : \"libnvidia-egl-gbm.so.1\"\n    }\n}\n";
+    vec![
+        ("usr/share/vulkan/icd.d/nvidia_icd.json".into(), icd),
+        ("usr/share/vulkan/implicit_layer.d/nvidia_layers.json".into(), layers),
+        ("usr/share/glvnd/egl_vendor.d/10_nvidia.json".into(), egl_vendor.into()),
+        ("usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json".into(), gbm.into()),
+        ("etc/OpenCL/vendors/nvidia.icd".into(), "libnvidia-opencl.so.1\n".into()),
+        // The real file is an opaque blob the OptiX library reads; only its presence matters here.
+        ("usr/share/nvidia/nvoptix.bin".into(), format!("nvinject simulated nvoptix.bin {driver_version}\n")),
+    ]
+}
+
+/// Contents of a simulated GSP firmware image: a marker saying what it stands for.
+pub fn firmware_image(name: &str, driver_version: &str) -> String {
+    format!("nvinject simulated GSP firmware {name} for driver {driver_version}\n")
+}
+
+/// `etc/ld.so.conf` as Debian ships it.
+pub const LD_SO_CONF: &str = "include /etc/ld.so.conf.d/*.conf\n\n";
+
+/// `etc/ld.so.conf.d/<triple>.conf` as Debian ships it.
+pub fn multiarch_conf(triple: &str) -> String {
+    format!("# Multiarch support\n/usr/local/lib/{triple}\n/lib/{triple}\n/usr/lib/{triple}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sonames_and_file_names() {
+        let by_stem = |s: &str| LIBRARIES.iter().find(|l| l.stem == s).unwrap();
+        assert_eq!(by_stem("libcuda").soname("550.54.15"), "libcuda.so.1");
+        assert_eq!(by_stem("libnvidia-nvvm").soname("550.54.15"), "libnvidia-nvvm.so.4");
+        assert_eq!(by_stem("libGLESv2_nvidia").soname("550.54.15"), "libGLESv2_nvidia.so.2");
+        assert_eq!(by_stem("libnvidia-gpucomp").soname("550.54.15"), "libnvidia-gpucomp.so.550.54.15");
+        assert_eq!(by_stem("libnvidia-egl-gbm").file_name("550.54.15"), "libnvidia-egl-gbm.so.1.1.1");
+        let stems: std::collections::BTreeSet<_> = LIBRARIES.iter().map(|l| l.stem).collect();
+        assert_eq!(stems.len(), LIBRARIES.len(), "a library is listed twice");
+    }
+
+    #[test]
+    fn config_files_are_valid_json_naming_shipped_libraries() {
+        let sonames: Vec<String> = LIBRARIES.iter().map(|l| l.soname("550.54.15")).collect();
+        for (path, text) in config_files("550.54.15") {
+            if !path.ends_with(".json") {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let lib = v.pointer("/ICD/library_path").or_else(|| v.pointer("/layer/library_path")).unwrap();
+            assert!(sonames.iter().any(|s| s == lib.as_str().unwrap()), "{path} names {lib}");
+        }
+    }
+}
