@@ -61,3 +61,25 @@ pub fn sim_nvml_lib() -> PathBuf {
 pub fn simnode_bin(name: &str) -> PathBuf {
     artifact("nvinject-simnode", name)
 }
+
+/// The project's tools virtualenv (`./x setup` makes it): `$NVINJECT_CACHE/venv`, where
+/// `NVINJECT_CACHE` defaults to `~/.cache/nvinject`. It holds the PyPI packages tests use, such as
+/// NVIDIA's own NVML bindings (`nvidia-ml-py`).
+pub fn tools_venv() -> PathBuf {
+    let cache = std::env::var_os("NVINJECT_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        home.join(".cache/nvinject")
+    });
+    cache.join("venv")
+}
+
+/// The tools virtualenv's python; panics with the fix when `./x setup` has not made it.
+pub fn tools_python() -> PathBuf {
+    let python = tools_venv().join("bin/python3");
+    assert!(
+        python.exists(),
+        "{} is missing: run `./x setup` (it creates the tools virtualenv)",
+        python.display()
+    );
+    python
+}
