@@ -1,7 +1,28 @@
-//! cdi-gen: turns what a node has (GPUs through NVML, the driver's files under a driver root) into a
-//! complete, deterministic CDI spec for kind `nvidia.com/gpu`, written atomically.
+//! cdi-gen: turns what a node has (GPUs through NVML, the driver's files under a driver root, the
+//! device nodes under a dev root) into a complete, deterministic CDI spec for kind `nvidia.com/gpu`,
+//! written atomically. The binary `nvinject-cdi` (generate, list, validate) is a thin layer on it;
+//! the shim calls [`generate()`] and [`write::write_spec`] to regenerate a stale spec.
 //!
-//! Boundary: discovery is the only I/O and happens once, up front; building the spec is a pure
-//! function of the discovered inventory. It never edits container specs.
-//!
-//! Not built yet: tracked by the cdi-gen issue.
+//! Boundary: discovery ([`driver::scan`], [`devices::scan`], NVML through [`InventorySource`]) is
+//! the only I/O and happens once, up front, into owned values; [`build::build_spec`] is a pure
+//! function of them. This crate never edits container specs, never loads NVML except through
+//! `nvinject-gpu`, and never leaves a partially written spec file.
+
+pub mod build;
+pub mod devices;
+pub mod driver;
+pub mod elf;
+pub mod generate;
+pub mod ldcache;
+pub mod root;
+pub mod write;
+
+pub use build::{BuildError, HookKind, SpecOptions, build_spec, inventory_digest};
+pub use generate::{GenerateError, GenerateOptions, InventorySource, Mode, Nvml, generate};
+pub use root::Root;
+pub use write::{WriteError, write_spec};
+
+/// `nvinject-cdi <version>`, the `nvinject.io/generated-by` annotation.
+pub fn generator_name() -> String {
+    format!("nvinject-cdi {}", env!("CARGO_PKG_VERSION"))
+}

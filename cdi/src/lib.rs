@@ -1,8 +1,26 @@
-//! CDI (Container Device Interface) for nvinject: the spec model, its validation, the registry of
-//! spec files in the CDI spec directories, and the application of a device's container edits to an
-//! OCI runtime spec.
+//! CDI (Container Device Interface) for nvinject: the spec model ([`spec`]), names ([`name`]),
+//! versions ([`version`]), reading and writing spec text ([`codec`]), validation ([`mod@validate`]) and
+//! the registry of spec directories that resolves `vendor/class=name` to a device ([`registry`]),
+//! and applying a device's edits to an OCI runtime spec ([`apply`]).
 //!
 //! Boundary: pure data handling plus reading spec files. It never discovers hardware (that is
-//! `nvinject-gpu` and `nvinject-cdi-gen`) and never talks to containerd (that is the shim).
-//!
-//! Not built yet: tracked by the cdi-gen and shim issues.
+//! `nvinject-gpu` and `nvinject-cdi-gen`), never writes spec files (cdi-gen does, atomically) and
+//! never talks to a container runtime (that is the shim). It must never stat device nodes or other
+//! host files named in a spec: a spec is complete, and applying it is a pure function.
+
+pub mod apply;
+pub mod codec;
+pub mod load;
+pub mod name;
+pub mod registry;
+pub mod spec;
+pub mod validate;
+pub mod version;
+
+pub use codec::{Format, ParseError};
+pub use load::{SpecError, load_file, parse_and_validate};
+pub use name::{Kind, NameError, QualifiedName};
+pub use registry::{DEFAULT_SPEC_DIRS, Registry, ResolveError, Resolved};
+pub use spec::{ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec};
+pub use validate::{Problem, validate};
+pub use version::{CdiVersion, minimum_version};

@@ -1,5 +1,26 @@
-//! The installer: puts nvinject's binaries, config and CDI spec on a host, teaches containerd the
-//! `nvidia` runtime through a drop-in, renders the Kubernetes manifests, and diagnoses a node
-//! (`doctor`). Uninstall restores what it changed.
+//! The installer: makes a host GPU-ready for containerd and undoes it. It copies nvinject's
+//! binaries, writes `/etc/nvinject/config.toml` and the CDI spec, adds the `nvidia` runtime to
+//! containerd through a drop-in, renders the Kubernetes manifests and diagnoses a node (`doctor`).
 //!
-//! Not built yet: tracked by the installer issue.
+//! Boundary: the host is reached only through a host root (`/` or `/host` in the DaemonSet) and
+//! small edges behind traits; the containerd change is planned as a pure function of TOML text
+//! ([`containerd::plan`]). It must never leave a file half-written (every write is temp + rename),
+//! never restart containerd when the effective configuration did not change, and never remove
+//! or rewrite a file someone else changed since we wrote it.
+
+pub mod cdi;
+pub mod containerd;
+pub mod cri;
+pub mod devchar;
+pub mod doctor;
+pub mod error;
+pub mod fsx;
+pub mod install;
+pub mod lock;
+pub mod manifests;
+pub mod paths;
+pub mod runtime_config;
+pub mod service;
+pub mod state;
+
+pub use error::{Error, Result};

@@ -1,4 +1,20 @@
 //! Integration tests on real parts: a private containerd and runc from Debian, the kubelet, and the
 //! simulated GPU node. Only the simulated node stands in for hardware.
 //!
-//! Not built yet: tracked by the shim, installer and end-to-end issues.
+//! This library is the harness those tests share: a private containerd started and stopped by PID
+//! ([`containerd`]), test images built from host binaries ([`image`]), a CRI client ([`cri`]),
+//! process and mount bookkeeping for cleanup and leak checks ([`process`], [`mounts`]), and the
+//! nvinject pieces wired together on a simulated node ([`node`]). It must never touch the host's
+//! containerd configuration, stop a process it did not start, or leave a mount behind.
+
+pub mod containerd;
+pub mod cri;
+pub mod error;
+pub mod image;
+pub mod kubelet;
+pub mod mounts;
+pub mod node;
+pub mod namespace;
+pub mod process;
+
+pub use error::{HarnessError, Result};

@@ -1,5 +1,26 @@
-//! The Kubernetes device plugin: advertises GPUs (whole, MIG, time-sliced) to the kubelet over the
-//! deviceplugin v1beta1 gRPC API, tracks their health from NVML XID events and answers Allocate with
-//! the CDI names cdi-gen writes.
+//! The Kubernetes device plugin: advertises GPUs (whole, MIG, time-sliced) to the kubelet over
+//! the deviceplugin v1beta1 gRPC API, tracks their health from NVML XID events, and answers
+//! Allocate with the CDI names cdi-gen writes (or env vars, mounts, CRI CDI devices).
 //!
-//! Not built yet: tracked by the device plugin issue.
+//! Boundary: the policy is pure and lives in [`config`], [`resources`], [`allocate`],
+//! [`preferred`], [`health`] and [`labels`]: functions of values, tested without sockets or
+//! NVML. The edges are small: [`events`] (NVML behind the `XidSource` trait), [`service`] (tonic
+//! handlers that translate and delegate), [`lifecycle`] (sockets, registration, re-registration)
+//! and [`metrics`]. This crate never writes CDI specs, never touches the kubelet's state beyond
+//! its own sockets, and never panics on what the kubelet or a config file sends it.
+
+pub mod allocate;
+pub mod api;
+pub mod config;
+pub mod devnodes;
+pub mod error;
+pub mod events;
+pub mod fsutil;
+pub mod health;
+pub mod labels;
+pub mod lifecycle;
+pub mod metrics;
+pub mod preferred;
+pub mod resources;
+pub mod service;
+pub mod transport;

@@ -2,4 +2,21 @@
 //! runc shim that applies CDI edits at each container's Create, and `nvinject-hook`, the OCI hook that
 //! CDI specs call (symlinks, ld cache).
 //!
-//! Not built yet: tracked by the shim issue.
+//! Boundary: the proxy forwards every task-API call unchanged except Create, for which it rewrites
+//! the bundle's `config.json` (atomically) before forwarding; the runc shim does all container work.
+//! It must never alter a container that requested no device, never leave a half-written file, and
+//! never panic on input from containerd, a spec file or a container image.
+
+pub mod address;
+pub mod atomic;
+pub mod config;
+pub mod daemon;
+pub mod frame;
+pub mod hook;
+pub mod inject;
+pub mod inner;
+pub mod proxy;
+pub mod regenerate;
+pub mod reply;
+pub mod request;
+pub mod start;

@@ -1,0 +1,308 @@
+//! Device nodes under a dev root, and the proc files that number the ones not created yet.
+//!
+//! Scanned once into a [`DevTree`]: every `/dev/nvidia*` and `/dev/nvidia-caps/*` node with its
+//! type, numbers and mode (from `stat`), the `/dev/dri` nodes and `by-path` links, the character
+//! device majors from `<proc root>/devices` and the MIG capability minors from
+//! `<proc root>/driver/nvidia-caps/mig-minors`. The spec builder then never touches the host.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::root::join;
+
+/// Major number of the NVIDIA GPU and control devices (`nvidia-frontend`), fixed by the driver.
+pub const NVIDIA_MAJOR: u32 = 195;
+/// Minor of `/dev/nvidiactl`.
+pub const CTL_MINOR: u32 = 255;
+/// Minor of `/dev/nvidia-modeset`.
+pub const MODESET_MINOR: u32 = 254;
+
+/// Character or block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeType {
+    /// A character device (`c`).
+    Char,
+    /// A block device (`b`).
+    Block,
+}
+
+impl NodeType {
+    /// The CDI/OCI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeType::Char => "c",
+            NodeType::Block => "b",
+        }
+    }
+}
+
+/// A device node as `stat` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Char or block.
+    pub node_type: NodeType,
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+    /// Permission bits (`0o666`).
+    pub mode: u32,
+}
+
+/// Device nodes and numbering found under a dev root and proc root.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevTree {
+    /// Nodes by path inside the dev root (`/dev/nvidia0`, `/dev/nvidia-caps/nvidia-cap21`,
+    /// `/dev/dri/card1`).
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// `/dev/dri/by-path/*` links and their targets as written (`../card1`).
+    pub links: BTreeMap<String, String>,
+    /// Character device majors by driver name, from `<proc root>/devices`.
+    pub char_majors: BTreeMap<String, u32>,
+    /// MIG access capability minors, from `mig-minors`.
+    pub mig_minors: BTreeMap<MigCap, u32>,
+}
+
+/// A MIG access capability as `mig-minors` names it: `gpu<minor>/gi<id>/access` for a GPU
+/// instance, `gpu<minor>/gi<id>/ci<id>/access` for a compute instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MigCap {
+    /// Minor number of the parent GPU (not its NVML index).
+    pub gpu_minor: u32,
+    /// GPU instance id.
+    pub gi: u32,
+    /// Compute instance id; `None` for the GPU instance's own capability.
+    pub ci: Option<u32>,
+}
+
+impl std::fmt::Display for MigCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ci {
+            Some(ci) => write!(f, "gpu{}/gi{}/ci{ci}/access", self.gpu_minor, self.gi),
+            None => write!(f, "gpu{}/gi{}/access", self.gpu_minor, self.gi),
+        }
+    }
+}
+
+impl MigCap {
+    /// Parses `gpu0/gi2/access` or `gpu0/gi2/ci0/access`; `None` for anything else (`config`).
+    pub fn parse(name: &str) -> Option<MigCap> {
+        let mut parts = name.split('/');
+        let num = |p: Option<&str>, prefix: &str| p?.strip_prefix(prefix)?.parse::<u32>().ok();
+        let gpu_minor = num(parts.next(), "gpu")?;
+        let gi = num(parts.next(), "gi")?;
+        let (ci, last) = match parts.next()? {
+            "access" => (None, None),
+            p => (Some(num(Some(p), "ci")?), parts.next()),
+        };
+        if ci.is_some() && last != Some("access") || parts.next().is_some() {
+            return None;
+        }
+        Some(MigCap { gpu_minor, gi, ci })
+    }
+}
+
+/// Parses `/proc/devices`: the `Character devices:` section, `major name` per line.
+pub fn parse_proc_devices(text: &str) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    let mut in_char = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.ends_with(':') {
+            in_char = line == "Character devices:";
+            continue;
+        }
+        if in_char
+            && let Some((major, name)) = line.split_once(char::is_whitespace)
+            && let Ok(major) = major.trim().parse()
+        {
+            out.entry(name.trim().to_owned()).or_insert(major);
+        }
+    }
+    out
+}
+
+/// Parses `nvidia-caps/mig-minors`: `name minor` per line (`gpu0/gi2/ci0/access 22`). The driver
+/// lists every possible instance of every possible GPU (4322 lines), so this allocates nothing per
+/// line; `config` and `monitor` are left out (their nodes exist from module load).
+pub fn parse_mig_minors(text: &str) -> BTreeMap<MigCap, u32> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, minor) = l.trim().split_once(char::is_whitespace)?;
+            Some((MigCap::parse(name)?, minor.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The kernel module's version: `<sys root>/module/nvidia/version`, else the `NVRM version:` line
+/// of `<proc root>/driver/nvidia/version`. Returns the version and the file it came from.
+pub fn read_driver_version(sys_root: &Path, proc_root: &Path) -> Result<(String, String), Vec<String>> {
+    let sys = join(sys_root, "/module/nvidia/version");
+    let proc = join(proc_root, "/driver/nvidia/version");
+    if let Ok(text) = fs::read_to_string(&sys)
+        && let Some(v) = text.lines().next().map(str::trim).filter(|v| !v.is_empty())
+    {
+        return Ok((v.to_owned(), sys.display().to_string()));
+    }
+    if let Ok(text) = fs::read_to_string(&proc)
+        && let Some(v) = parse_nvrm_version(&text)
+    {
+        return Ok((v, proc.display().to_string()));
+    }
+    Err(vec![sys.display().to_string(), proc.display().to_string()])
+}
+
+/// The version in `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ...`.
+pub fn parse_nvrm_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+    line.split_whitespace()
+        .find(|w| {
+            w.split('.').count() >= 2
+                && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_owned)
+}
+
+fn node_info(path: &Path) -> Option<NodeInfo> {
+    let meta = fs::metadata(path).ok()?;
+    let ft = meta.file_type();
+    let node_type = if ft.is_char_device() {
+        NodeType::Char
+    } else if ft.is_block_device() {
+        NodeType::Block
+    } else {
+        return None;
+    };
+    let rdev = meta.rdev();
+    Some(NodeInfo {
+        node_type,
+        major: libc::major(rdev),
+        minor: libc::minor(rdev),
+        mode: meta.mode() & 0o7777,
+    })
+}
+
+/// Scans `<dev_root>/dev` and the proc files. Missing directories and files give empty parts.
+pub fn scan(dev_root: &Path, proc_root: &Path) -> DevTree {
+    let mut tree = DevTree::default();
+    let dev = join(dev_root, "/dev");
+    for (dir, keep) in [
+        ("/dev", (|n: &str| n.starts_with("nvidia")) as fn(&str) -> bool),
+        ("/dev/nvidia-caps", |n: &str| n.starts_with("nvidia-cap")),
+        ("/dev/dri", |n: &str| n.starts_with("card") || n.starts_with("renderD")),
+    ] {
+        let Ok(read) = fs::read_dir(join(dev_root, dir)) else { continue };
+        for entry in read.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            if keep(&name)
+                && let Some(info) = node_info(&entry.path())
+            {
+                tree.nodes.insert(format!("{dir}/{name}"), info);
+            }
+        }
+    }
+    if let Ok(read) = fs::read_dir(dev.join("dri/by-path")) {
+        for entry in read.flatten() {
+            if let (Some(name), Ok(target)) = (entry.file_name().to_str(), fs::read_link(entry.path())) {
+                tree.links.insert(format!("/dev/dri/by-path/{name}"), target.to_string_lossy().into_owned());
+            }
+        }
+    }
+    if let Ok(text) = fs::read_to_string(join(proc_root, "/devices")) {
+        tree.char_majors = parse_proc_devices(&text);
+    }
+    if let Ok(text) = fs::read_to_string(join(proc_root, "/driver/nvidia-caps/mig-minors")) {
+        tree.mig_minors = parse_mig_minors(&text);
+    }
+    tracing::debug!(
+        nodes = tree.nodes.len(), dri_links = tree.links.len(), mig_minors = tree.mig_minors.len(),
+        dev_root = %dev_root.display(), "device nodes scanned"
+    );
+    tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_devices_character_section_only() {
+        let text = "Character devices:\n  1 mem\n195 nvidia-frontend\n195 nvidia\n235 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  8 sd\n259 blkext\n";
+        let majors = parse_proc_devices(text);
+        assert_eq!(majors.get("nvidia-uvm"), Some(&510));
+        assert_eq!(majors.get("nvidia-caps"), Some(&235));
+        assert_eq!(majors.get("nvidia-frontend"), Some(&195));
+        assert_eq!(majors.get("sd"), None);
+    }
+
+    #[test]
+    fn parses_mig_minors() {
+        let text = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n";
+        let m = parse_mig_minors(text);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[&MigCap { gpu_minor: 0, gi: 2, ci: Some(0) }], 22);
+        assert_eq!(m[&MigCap { gpu_minor: 0, gi: 2, ci: None }], 21);
+        for name in ["gpu0/gi2/access", "gpu12/gi14/ci7/access"] {
+            assert_eq!(MigCap::parse(name).unwrap().to_string(), name);
+        }
+        for bad in ["config", "gpu0/gi2", "gpu0/gi2/ci0", "gpu0/gi2/access/x", "gpux/gi2/access"] {
+            assert_eq!(MigCap::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn reads_driver_version_from_sys_then_proc() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (sys, proc) = (tmp.path().join("sys"), tmp.path().join("proc"));
+        let missing = read_driver_version(&sys, &proc).unwrap_err();
+        assert!(
+            missing[0].ends_with("sys/module/nvidia/version")
+                && missing[1].ends_with("proc/driver/nvidia/version")
+        );
+        fs::create_dir_all(proc.join("driver/nvidia")).unwrap();
+        fs::write(
+            proc.join("driver/nvidia/version"),
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.2.0\n",
+        )
+        .unwrap();
+        assert_eq!(read_driver_version(&sys, &proc).unwrap().0, "550.54.15");
+        fs::create_dir_all(sys.join("module/nvidia")).unwrap();
+        fs::write(sys.join("module/nvidia/version"), "550.54.14\n").unwrap();
+        assert_eq!(read_driver_version(&sys, &proc).unwrap().0, "550.54.14");
+    }
+
+    #[test]
+    fn scans_real_device_nodes() {
+        // Real nodes need mknod (root); the node's numbers come back from stat.
+        let tmp = tempfile::tempdir().unwrap();
+        let dev = tmp.path().join("dev");
+        fs::create_dir_all(dev.join("dri/by-path")).unwrap();
+        let mk = |p: &Path, major: u32, minor: u32| {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: `c` is a valid NUL-terminated path; mknod only reads it.
+            let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
+            assert_eq!(
+                rc,
+                0,
+                "mknod {}: {} (these tests run as root)",
+                p.display(),
+                std::io::Error::last_os_error()
+            );
+            // mknod applies the umask; set the mode the test expects.
+            fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        };
+        mk(&dev.join("nvidia0"), 195, 0);
+        mk(&dev.join("nvidiactl"), 195, 255);
+        mk(&dev.join("dri/card1"), 226, 1);
+        fs::write(dev.join("nvidia-not-a-node"), b"").unwrap();
+        std::os::unix::fs::symlink("../card1", dev.join("dri/by-path/pci-0000:18:00.0-card")).unwrap();
+        let tree = scan(tmp.path(), &tmp.path().join("proc"));
+        let info = NodeInfo { node_type: NodeType::Char, major: 195, minor: 255, mode: 0o666 };
+        assert_eq!(tree.nodes.get("/dev/nvidiactl"), Some(&info));
+        assert_eq!(tree.nodes.get("/dev/dri/card1").map(|n| (n.major, n.minor)), Some((226, 1)));
+        assert_eq!(tree.nodes.len(), 3);
+        assert_eq!(tree.links["/dev/dri/by-path/pci-0000:18:00.0-card"], "../card1");
+    }
+}

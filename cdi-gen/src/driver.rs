@@ -1,0 +1,493 @@
+//! Scanning a driver root, once, into [`DriverFiles`]: libraries, binaries, firmware, IPC sockets
+//! and graphics/compute config files.
+//!
+//! Libraries are every `*.so.<driver version>` file in the search directories, then in every other
+//! directory the driver root's `etc/ld.so.cache` lists for this machine's architecture (which is how
+//! libraries in distribution-specific places are found). Every path is resolved inside the root
+//! (see [`crate::root::resolve_in_root`]), so a file reachable through several links appears once,
+//! under its real path.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use crate::elf;
+use crate::ldcache;
+use crate::root::{join, resolve_in_root};
+
+/// Library directories searched by default, inside the driver root, before the ld.so.cache.
+pub fn default_library_dirs() -> Vec<String> {
+    let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
+    vec![
+        "/usr/lib64".into(),
+        format!("/usr/lib/{triplet}"),
+        format!("/usr/lib/{triplet}/nvidia/current"),
+        "/lib64".into(),
+        format!("/lib/{triplet}"),
+        "/usr/lib".into(),
+        "/lib".into(),
+    ]
+}
+
+/// Binary directories searched, inside the driver root.
+pub const BINARY_DIRS: [&str; 5] = ["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"];
+
+/// The driver's utilities a container gets.
+pub const BINARIES: [&str; 5] = [
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// Where GSP firmware lives, inside the driver root; `<version>` is appended.
+pub const FIRMWARE_DIRS: [&str; 2] = ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"];
+
+/// IPC endpoints of the driver's daemons, inside the driver root.
+pub const IPC_PATHS: [&str; 5] = [
+    "/run/nvidia-persistenced/socket",
+    "/var/run/nvidia-persistenced/socket",
+    "/run/nvidia-fabricmanager/socket",
+    "/var/run/nvidia-fabricmanager/socket",
+    "/tmp/nvidia-mps",
+];
+
+/// Graphics, Vulkan, EGL, OpenCL and OptiX config files, inside the driver root.
+pub const CONFIG_FILES: [&str; 14] = [
+    "/etc/vulkan/icd.d/nvidia_icd.json",
+    "/usr/share/vulkan/icd.d/nvidia_icd.json",
+    "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+    "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+    "/etc/glvnd/egl_vendor.d/10_nvidia.json",
+    "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    "/etc/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "/etc/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "/etc/OpenCL/vendors/nvidia.icd",
+    "/usr/share/nvidia/nvoptix.bin",
+    "/etc/X11/xorg.conf.d/10-nvidia.conf",
+    "/usr/share/X11/xorg.conf.d/10-nvidia.conf",
+];
+
+/// Graphics libraries the driver ships with their own version numbers (`libnvidia-egl-gbm.so.1.1.1`)
+/// rather than the driver's; the EGL platform config files name them, so they go with the driver.
+pub const OWN_VERSION_LIBRARIES: [&str; 4] =
+    ["libnvidia-egl-gbm", "libnvidia-egl-wayland", "libnvidia-egl-xcb", "libnvidia-egl-xlib"];
+
+/// The ld.so.cache of a root, inside it.
+pub const LD_CACHE: &str = "/etc/ld.so.cache";
+
+/// A driver library.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Library {
+    /// Real path inside the driver root, e.g. `/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15`.
+    pub path: String,
+    /// DT_SONAME, e.g. `libcuda.so.1`; `None` when the file has none.
+    pub soname: Option<String>,
+}
+
+impl Library {
+    /// The file name.
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// The directory, inside the driver root.
+    pub fn dir(&self) -> &str {
+        self.path.rsplit_once('/').map(|(d, _)| if d.is_empty() { "/" } else { d }).unwrap_or("/")
+    }
+}
+
+/// What kind of IPC endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpcKind {
+    /// A unix socket (persistenced, fabricmanager).
+    Socket,
+    /// A directory of pipes (MPS).
+    Directory,
+}
+
+/// An IPC endpoint found in the driver root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ipc {
+    /// Real path inside the driver root.
+    pub path: String,
+    /// Socket or directory.
+    pub kind: IpcKind,
+}
+
+/// Everything found in a driver root: an owned value the spec builder computes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverFiles {
+    /// The driver version the libraries were matched against.
+    pub version: String,
+    /// `*.so.<version>` libraries and [`OWN_VERSION_LIBRARIES`], sorted by path.
+    pub libraries: Vec<Library>,
+    /// Driver utilities, in [`BINARIES`] order.
+    pub binaries: Vec<String>,
+    /// GSP firmware files, sorted.
+    pub firmware: Vec<String>,
+    /// Daemon sockets and the MPS pipe directory.
+    pub ipc: Vec<Ipc>,
+    /// Config files, in [`CONFIG_FILES`] order.
+    pub configs: Vec<String>,
+    /// Library directories searched (resolved, inside the root), for error messages.
+    pub searched: Vec<String>,
+    /// Whether an ld.so.cache was found and read.
+    pub ld_cache_read: bool,
+}
+
+impl DriverFiles {
+    /// The library whose file name is `<stem>.so.<version>` (stem like `libcuda`).
+    pub fn library(&self, stem: &str) -> Option<&Library> {
+        let want = format!("{stem}.so.{}", self.version);
+        self.libraries.iter().find(|l| l.file_name() == want)
+    }
+}
+
+/// Scans `root` (this process's view of the driver root) for the files of driver `version`.
+/// `library_dirs` are searched in order, then the root's ld.so.cache. Missing files are not errors
+/// here: the spec builder decides what is required.
+pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles {
+    let mut files = DriverFiles { version: version.to_owned(), ..Default::default() };
+    let suffix = format!(".so.{version}");
+    let mut dirs_done = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut found = Vec::new();
+    for dir in library_dirs {
+        scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut seen, &mut found);
+    }
+    match fs::read(join(root, LD_CACHE)) {
+        Ok(bytes) => match ldcache::parse(&bytes) {
+            Ok(entries) => {
+                files.ld_cache_read = true;
+                let arch = ldcache::host_arch_flags();
+                let mut cache_dirs = Vec::new();
+                for entry in entries.iter().filter(|e| arch.is_some_and(|a| e.is_arch(a))) {
+                    if let Some((dir, _)) = entry.path.rsplit_once('/')
+                        && !cache_dirs.iter().any(|d| d == dir)
+                    {
+                        cache_dirs.push(dir.to_owned());
+                    }
+                }
+                tracing::debug!(entries = entries.len(), dirs = cache_dirs.len(), "ld.so.cache read");
+                for dir in &cache_dirs {
+                    scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut seen, &mut found);
+                }
+            }
+            Err(error) => tracing::warn!(
+                path = %join(root, LD_CACHE).display(), %error,
+                "ignoring unreadable ld.so.cache; libraries are found through the search paths only"
+            ),
+        },
+        Err(error) => {
+            tracing::debug!(path = %join(root, LD_CACHE).display(), %error, "no ld.so.cache in the driver root")
+        }
+    }
+    found.sort();
+    files.libraries = found
+        .into_iter()
+        .map(|path: String| {
+            let soname = read_soname(&join(root, &path));
+            Library { path, soname }
+        })
+        .collect();
+    files.searched = dirs_done.into_iter().collect();
+
+    for name in BINARIES {
+        let hit = BINARY_DIRS.iter().find_map(|dir| resolve_file(root, &format!("{dir}/{name}")));
+        if let Some(path) = hit {
+            files.binaries.push(path);
+        } else {
+            tracing::debug!(binary = name, root = %root.display(), "driver utility not found");
+        }
+    }
+
+    let mut firmware = BTreeSet::new();
+    for base in FIRMWARE_DIRS {
+        let Ok(dir) = resolve_in_root(root, &format!("{base}/{version}")) else { continue };
+        let Ok(read) = fs::read_dir(join(root, &dir)) else { continue };
+        for entry in read.flatten() {
+            if let Some(name) = entry.file_name().to_str()
+                && let Some(path) = resolve_file(root, &format!("{dir}/{name}"))
+            {
+                firmware.insert(path);
+            }
+        }
+    }
+    files.firmware = firmware.into_iter().collect();
+
+    for candidate in IPC_PATHS {
+        let Ok(path) = resolve_in_root(root, candidate) else { continue };
+        let Ok(meta) = fs::metadata(join(root, &path)) else { continue };
+        let kind = if meta.is_dir() { IpcKind::Directory } else { IpcKind::Socket };
+        if !files.ipc.iter().any(|i| i.path == path) {
+            files.ipc.push(Ipc { path, kind });
+        }
+    }
+
+    for candidate in CONFIG_FILES {
+        if let Some(path) = resolve_file(root, candidate)
+            && !files.configs.contains(&path)
+        {
+            files.configs.push(path);
+        }
+    }
+    tracing::debug!(
+        libraries = files.libraries.len(),
+        binaries = files.binaries.len(),
+        firmware = files.firmware.len(),
+        ipc = files.ipc.len(),
+        configs = files.configs.len(),
+        "driver root scanned"
+    );
+    files
+}
+
+/// The real path of a regular file inside the root, or `None`.
+fn resolve_file(root: &Path, inner: &str) -> Option<String> {
+    let path = resolve_in_root(root, inner).ok()?;
+    fs::metadata(join(root, &path)).ok()?.is_file().then_some(path)
+}
+
+fn scan_library_dir(
+    root: &Path,
+    dir: &str,
+    suffix: &str,
+    dirs_done: &mut BTreeSet<String>,
+    seen: &mut BTreeSet<String>,
+    found: &mut Vec<String>,
+) {
+    let Ok(real) = resolve_in_root(root, dir) else { return };
+    if !dirs_done.insert(real.clone()) {
+        return;
+    }
+    let Ok(read) = fs::read_dir(join(root, &real)) else { return };
+    for entry in read.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        if !name.ends_with(suffix) && !has_own_version(&name) {
+            continue;
+        }
+        let inner = format!("{}/{name}", real.trim_end_matches('/'));
+        // The directory is already resolved: only a symlinked entry needs resolving.
+        let path = match entry.file_type() {
+            Ok(t) if t.is_file() => inner,
+            Ok(t) if t.is_symlink() => match resolve_file(root, &inner) {
+                Some(p) => p,
+                None => continue,
+            },
+            _ => continue,
+        };
+        if seen.insert(path.clone()) {
+            found.push(path);
+        }
+    }
+}
+
+/// `libnvidia-egl-gbm.so.1.1.1`: one of [`OWN_VERSION_LIBRARIES`] with a full `x.y.z` version (the
+/// file itself, not its `.so.1` link).
+fn has_own_version(name: &str) -> bool {
+    OWN_VERSION_LIBRARIES.iter().any(|stem| {
+        name.strip_prefix(stem).and_then(|rest| rest.strip_prefix(".so.")).is_some_and(|v| {
+            v.split('.').count() >= 3
+                && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
+fn read_soname(path: &Path) -> Option<String> {
+    let result = fs::File::open(path).and_then(|f| elf::soname(&f));
+    match result {
+        Ok(soname) => soname,
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot read the library's SONAME; no SONAME link is made");
+            None
+        }
+    }
+}
+
+/// Finds `libnvidia-ml.so.1` in a driver root: the search directories, then the ld.so.cache.
+/// Returns this process's path to it.
+pub fn locate_nvml(root: &Path, library_dirs: &[String]) -> Option<std::path::PathBuf> {
+    const NVML: &str = "libnvidia-ml.so.1";
+    for dir in library_dirs {
+        if let Some(path) = resolve_file(root, &format!("{dir}/{NVML}")) {
+            return Some(join(root, &path));
+        }
+    }
+    let entries = ldcache::parse(&fs::read(join(root, LD_CACHE)).ok()?).ok()?;
+    let arch = ldcache::host_arch_flags()?;
+    entries
+        .iter()
+        .filter(|e| e.key == NVML && e.is_arch(arch))
+        .find_map(|e| resolve_file(root, &e.path))
+        .map(|p| join(root, &p))
+}
+
+/// The driver version from a `libcuda.so.<version>` file name in the library folders: the last
+/// resort when the kernel module's version files are not readable.
+pub fn libcuda_version(root: &Path, library_dirs: &[String]) -> Option<String> {
+    for dir in library_dirs {
+        let Ok(real) = resolve_in_root(root, dir) else { continue };
+        let Ok(read) = fs::read_dir(join(root, &real)) else { continue };
+        let mut versions: Vec<String> = read
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_owned();
+                let v = name.strip_prefix("libcuda.so.")?;
+                (v.split('.').count() >= 2
+                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+                .then(|| v.to_owned())
+            })
+            .collect();
+        versions.sort();
+        if let Some(v) = versions.pop() {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const VER: &str = "550.54.15";
+
+    fn put(root: &Path, inner: &str, bytes: &[u8]) {
+        let p = join(root, inner);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    }
+
+    #[test]
+    fn finds_libraries_through_search_paths_and_the_ld_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &elf::tests::tiny_so("libcuda.so.1"));
+        put(r, &format!("{lib}/libnvidia-ml.so.{VER}"), &elf::tests::tiny_so("libnvidia-ml.so.1"));
+        put(r, &format!("{lib}/libnvidia-ml.so.470.1.2"), b"old driver"); // other version: ignored
+        put(r, &format!("{lib}/libc.so.6"), b"not ours");
+        put(r, &format!("{lib}/libnvidia-egl-gbm.so.1.1.1"), &elf::tests::tiny_so("libnvidia-egl-gbm.so.1"));
+        symlink("libnvidia-egl-gbm.so.1.1.1", join(r, &format!("{lib}/libnvidia-egl-gbm.so.1"))).unwrap();
+        symlink("usr/lib", r.join("lib")).unwrap(); // merged /usr: must not double-count
+        // A distribution-specific directory known only to the cache.
+        let odd = "/opt/vendor/nvidia";
+        put(
+            r,
+            &format!("{odd}/libnvidia-ptxjitcompiler.so.{VER}"),
+            &elf::tests::tiny_so("libnvidia-ptxjitcompiler.so.1"),
+        );
+        symlink(
+            format!("libnvidia-ptxjitcompiler.so.{VER}"),
+            join(r, &format!("{odd}/libnvidia-ptxjitcompiler.so.1")),
+        )
+        .unwrap();
+        let arch = ldcache::host_arch_flags().unwrap() | 0x3;
+        put(
+            r,
+            LD_CACHE,
+            &ldcache::tests::new_format(&[
+                (arch, "libnvidia-ptxjitcompiler.so.1", "/opt/vendor/nvidia/libnvidia-ptxjitcompiler.so.1"),
+                (0x0003, "libcuda.so.1", "/opt/i386/libcuda.so.1"),
+            ]),
+        );
+        put(r, &format!("/opt/i386/libcuda.so.{VER}"), b"32-bit: not for this machine");
+
+        let dirs = vec![lib.to_owned(), "/lib/x86_64-linux-gnu".to_owned(), "/nonexistent".to_owned()];
+        let files = scan(r, VER, &dirs);
+        let got: Vec<(&str, Option<&str>)> =
+            files.libraries.iter().map(|l| (l.path.as_str(), l.soname.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "/opt/vendor/nvidia/libnvidia-ptxjitcompiler.so.550.54.15",
+                    Some("libnvidia-ptxjitcompiler.so.1")
+                ),
+                ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", Some("libcuda.so.1")),
+                ("/usr/lib/x86_64-linux-gnu/libnvidia-egl-gbm.so.1.1.1", Some("libnvidia-egl-gbm.so.1")),
+                ("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", Some("libnvidia-ml.so.1")),
+            ]
+        );
+        assert!(files.ld_cache_read);
+        assert_eq!(files.searched, ["/opt/vendor/nvidia", "/usr/lib/x86_64-linux-gnu"]);
+        assert_eq!(files.library("libcuda").unwrap().dir(), lib);
+    }
+
+    #[test]
+    fn a_root_without_ld_cache_uses_the_search_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        put(tmp.path(), &format!("/usr/lib64/libcuda.so.{VER}"), b"");
+        let files = scan(tmp.path(), VER, &default_library_dirs());
+        assert!(!files.ld_cache_read);
+        assert_eq!(files.libraries.len(), 1);
+        assert_eq!(files.libraries[0].soname, None);
+    }
+
+    #[test]
+    fn finds_binaries_firmware_ipc_and_configs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/bin/nvidia-smi", b"#!");
+        put(r, "/usr/sbin/nvidia-persistenced", b"#!");
+        symlink("usr/bin", r.join("bin")).unwrap();
+        put(r, &format!("/lib/firmware/nvidia/{VER}/gsp_tu10x.bin"), b"fw");
+        put(r, &format!("/lib/firmware/nvidia/{VER}/gsp_ga10x.bin"), b"fw");
+        put(r, "/lib/firmware/nvidia/470.1.2/gsp_old.bin", b"fw");
+        put(r, "/run/nvidia-persistenced/socket", b"");
+        fs::create_dir_all(r.join("var")).unwrap();
+        symlink("../run", r.join("var/run")).unwrap();
+        fs::create_dir_all(r.join("tmp/nvidia-mps")).unwrap();
+        put(r, "/etc/vulkan/icd.d/nvidia_icd.json", b"{}");
+        put(r, "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", b"{}");
+        put(r, "/etc/OpenCL/vendors/nvidia.icd", b"libnvidia-opencl.so.1");
+
+        let files = scan(r, VER, &[]);
+        assert_eq!(files.binaries, ["/usr/bin/nvidia-smi", "/usr/sbin/nvidia-persistenced"]);
+        assert_eq!(
+            files.firmware,
+            [
+                format!("/lib/firmware/nvidia/{VER}/gsp_ga10x.bin"),
+                format!("/lib/firmware/nvidia/{VER}/gsp_tu10x.bin")
+            ]
+        );
+        assert_eq!(
+            files.ipc,
+            [
+                Ipc { path: "/run/nvidia-persistenced/socket".into(), kind: IpcKind::Socket },
+                Ipc { path: "/tmp/nvidia-mps".into(), kind: IpcKind::Directory },
+            ]
+        );
+        assert_eq!(
+            files.configs,
+            [
+                "/etc/vulkan/icd.d/nvidia_icd.json",
+                "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+                "/etc/OpenCL/vendors/nvidia.icd"
+            ]
+        );
+    }
+
+    #[test]
+    fn reads_the_version_off_libcuda() {
+        let tmp = tempfile::tempdir().unwrap();
+        put(tmp.path(), &format!("/usr/lib64/libcuda.so.{VER}"), b"");
+        put(tmp.path(), "/usr/lib64/libcuda.so.1", b"");
+        assert_eq!(libcuda_version(tmp.path(), &default_library_dirs()).as_deref(), Some(VER));
+    }
+
+    #[test]
+    fn locates_nvml_in_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        put(tmp.path(), &format!("/usr/lib64/libnvidia-ml.so.{VER}"), b"");
+        symlink(format!("libnvidia-ml.so.{VER}"), tmp.path().join("usr/lib64/libnvidia-ml.so.1")).unwrap();
+        let found = locate_nvml(tmp.path(), &default_library_dirs()).unwrap();
+        assert_eq!(found, tmp.path().join(format!("usr/lib64/libnvidia-ml.so.{VER}")));
+        assert_eq!(locate_nvml(Path::new("/nonexistent"), &default_library_dirs()), None);
+    }
+}

@@ -1,0 +1,292 @@
+//! `nvinject-cdi`: generate, list and validate CDI specs for NVIDIA GPUs.
+//!
+//! Flags follow `nvidia-ctk cdi` where the two overlap, so an operator's scripts carry over. Exit
+//! codes: 0 success, 1 failure (the error is printed on stderr), 2 bad command line.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvinject_cdi::{Format, Kind, Registry, SpecError, load_file};
+use nvinject_cdi_gen::{GenerateOptions, HookKind, Mode, Nvml, Root, generate, write_spec};
+use nvinject_gpu::NamingStrategy;
+use tracing::level_filters::LevelFilter;
+
+/// Where the installer puts the hook.
+const DEFAULT_HOOK_PATH: &str = "/usr/local/nvinject/bin/nvinject-hook";
+
+#[derive(Parser)]
+#[command(name = "nvinject-cdi", version, about = "Generate, list and validate CDI specs for NVIDIA GPUs")]
+struct Cli {
+    /// Log level on stderr: error, warn, info, debug or trace.
+    #[arg(long, global = true, default_value = "info")]
+    log_level: LevelFilter,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Discover GPUs and driver files and write a CDI spec.
+    Generate(Box<GenerateArgs>),
+    /// List the devices the CDI spec directories provide.
+    List(ListArgs),
+    /// Check CDI spec files against the schema and CDI's rules.
+    Validate(ValidateArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Yaml,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// GPUs and MIG devices through NVML.
+    Nvml,
+    /// No NVML: every NVIDIA device node as one `all` device.
+    Management,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// File to write (atomically); the extension (.json, .yaml, .yml) picks the format. Stdout if absent.
+    #[arg(long, alias = "output-file")]
+    output: Option<PathBuf>,
+    /// Output format; overrides the one implied by --output. Default yaml.
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+    /// Discovery mode.
+    #[arg(long, alias = "discovery-mode", value_enum, default_value = "nvml")]
+    mode: ModeArg,
+    /// The driver root as the host sees it: where driver files are, and the prefix of every host
+    /// path written into the spec.
+    #[arg(long, default_value = "/")]
+    driver_root: PathBuf,
+    /// Where the driver root is mounted for this process, when that differs from --driver-root
+    /// (running in a container). Files are looked up here and written as under --driver-root.
+    #[arg(long, alias = "container-driver-root")]
+    driver_root_ctr_path: Option<PathBuf>,
+    /// The root under which `dev/nvidia*` are, as the host sees it. Default: the driver root.
+    #[arg(long)]
+    dev_root: Option<PathBuf>,
+    /// Where the dev root is mounted for this process, when that differs from --dev-root.
+    #[arg(long)]
+    dev_root_ctr_path: Option<PathBuf>,
+    /// Where this process reads `devices` and `driver/nvidia-caps/mig-minors`.
+    #[arg(long, default_value = "/proc")]
+    proc_root: PathBuf,
+    /// Where this process reads `module/nvidia/version`.
+    #[arg(long, default_value = "/sys")]
+    sys_root: PathBuf,
+    /// A library folder inside the driver root, searched before the defaults (repeatable).
+    #[arg(long = "library-search-path", value_name = "DIR")]
+    library_search_paths: Vec<String>,
+    /// The NVML library to load. Default: libnvidia-ml.so.1 from the driver root, else the
+    /// dynamic linker's.
+    #[arg(long)]
+    nvml_lib: Option<PathBuf>,
+    /// How devices are named: index, uuid or type-index (repeatable). Default: index and uuid.
+    #[arg(long = "device-name-strategy", value_name = "STRATEGY")]
+    device_name_strategies: Vec<NamingStrategy>,
+    /// CDI vendor.
+    #[arg(long, alias = "cdi-vendor", default_value = "nvidia.com")]
+    vendor: String,
+    /// CDI class.
+    #[arg(long, alias = "cdi-class", default_value = "gpu")]
+    class: String,
+    /// Absolute host path of nvinject-hook, written into the spec's hooks.
+    #[arg(long, alias = "nvidia-cdi-hook-path", default_value = DEFAULT_HOOK_PATH)]
+    hook_path: String,
+    /// Leave out the `all` device.
+    #[arg(long)]
+    no_all_device: bool,
+    /// Only these devices, comma-separated, by any name (0, 0:1, gpu0, GPU-..., MIG-...).
+    #[arg(long, alias = "device-id", value_delimiter = ',', value_name = "IDS")]
+    device_ids: Option<Vec<String>>,
+    /// Leave out a hook: create-symlinks or update-ldcache (repeatable).
+    #[arg(long = "disable-hook", value_name = "NAME")]
+    disabled_hooks: Vec<HookKind>,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// A CDI spec directory, lowest priority first (repeatable). Default: /etc/cdi then /var/run/cdi.
+    #[arg(long = "spec-dir", value_name = "DIR")]
+    spec_dirs: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct ValidateArgs {
+    /// Spec files to check.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_max_level(cli.log_level)
+        .with_target(false)
+        .init();
+    let result = match cli.command {
+        Command::Generate(args) => run_generate(*args),
+        Command::List(args) => run_list(args),
+        Command::Validate(args) => run_validate(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nvinject-cdi: error: {}", error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, leaving out causes its message already quotes (our
+/// library errors name their OS error themselves).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+fn root(host: &Path, ctr: Option<&Path>) -> anyhow::Result<Root> {
+    if !host.is_absolute() {
+        bail!("root {} must be an absolute path", host.display());
+    }
+    Ok(Root { lookup: ctr.unwrap_or(host).to_owned(), host: host.to_owned() })
+}
+
+fn output_format(args: &GenerateArgs) -> Format {
+    let from_name = args.output.as_deref().and_then(Format::from_path);
+    if let Some(path) = &args.output
+        && from_name.is_none()
+    {
+        tracing::warn!(path = %path.display(), "CDI runtimes only read .json, .yaml and .yml files from spec directories");
+    }
+    match (args.format, from_name) {
+        (Some(f), implied) => {
+            let f = match f {
+                FormatArg::Json => Format::Json,
+                FormatArg::Yaml => Format::Yaml,
+            };
+            if implied.is_some_and(|i| i != f) {
+                tracing::warn!(
+                    format = f.extension(),
+                    "--format differs from the format the output file name implies"
+                );
+            }
+            f
+        }
+        (None, Some(implied)) => implied,
+        (None, None) => Format::Yaml,
+    }
+}
+
+fn run_generate(args: GenerateArgs) -> anyhow::Result<ExitCode> {
+    let driver_root = root(&args.driver_root, args.driver_root_ctr_path.as_deref())?;
+    let dev_root = match (&args.dev_root, &args.dev_root_ctr_path) {
+        (Some(host), ctr) => root(host, ctr.as_deref())?,
+        (None, Some(_)) => bail!("--dev-root-ctr-path needs --dev-root"),
+        (None, None) => driver_root.clone(),
+    };
+    if !args.hook_path.starts_with('/') {
+        bail!("--hook-path {} must be absolute: runtimes run hooks by absolute path", args.hook_path);
+    }
+    let kind = Kind::new(&args.vendor, &args.class).context("invalid --vendor/--class")?;
+    let format = output_format(&args);
+    let mut opts = GenerateOptions::new(driver_root, dev_root, args.proc_root, args.sys_root, args.hook_path);
+    opts.mode = match args.mode {
+        ModeArg::Nvml => Mode::Nvml,
+        ModeArg::Management => Mode::Management,
+    };
+    let mut dirs = args.library_search_paths;
+    if let Some(bad) = dirs.iter().find(|d| !d.starts_with('/')) {
+        bail!(
+            "--library-search-path {bad} must be absolute (a folder inside the driver root, e.g. /usr/lib64)"
+        );
+    }
+    dirs.append(&mut opts.library_dirs);
+    opts.library_dirs = dirs;
+    opts.nvml_lib = args.nvml_lib;
+    opts.kind = kind;
+    if !args.device_name_strategies.is_empty() {
+        opts.naming = args.device_name_strategies;
+    }
+    opts.all_device = !args.no_all_device;
+    opts.device_ids = args.device_ids;
+    opts.disabled_hooks = args.disabled_hooks;
+
+    let spec = generate(&opts, &Nvml)?;
+    match &args.output {
+        Some(path) => {
+            write_spec(path, &spec, format)?;
+            tracing::info!(path = %path.display(), cdi_version = %spec.cdi_version, "CDI spec written");
+        }
+        None => {
+            use std::io::Write;
+            let text = nvinject_cdi::codec::to_string(&spec, format);
+            std::io::stdout().lock().write_all(text.as_bytes()).context("cannot write the spec to stdout")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_list(args: ListArgs) -> anyhow::Result<ExitCode> {
+    let dirs: Vec<PathBuf> = if args.spec_dirs.is_empty() {
+        nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect()
+    } else {
+        args.spec_dirs
+    };
+    let registry = Registry::scan(&dirs);
+    let devices = registry.devices();
+    for error in registry.errors() {
+        tracing::warn!("{error}");
+    }
+    tracing::info!(devices = devices.len(), dirs = ?dirs, "CDI devices found");
+    let mut out = String::new();
+    for d in &devices {
+        out.push_str(&d.name);
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for path in &args.files {
+        match load_file(path) {
+            Ok(spec) => println!(
+                "{}: ok (cdiVersion {}, kind {}, {} devices)",
+                path.display(),
+                spec.cdi_version,
+                spec.kind,
+                spec.devices.len()
+            ),
+            Err(SpecError::Invalid { path, problems }) => {
+                failed = true;
+                for p in problems {
+                    println!("{}: {p}", path.display());
+                }
+            }
+            Err(e) => {
+                failed = true;
+                println!("{e}");
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

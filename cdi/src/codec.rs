@@ -1,0 +1,330 @@
+//! Reading and writing spec text: JSON and YAML.
+//!
+//! Parsing reports the file, the field path (`devices[2].containerEdits.mounts[0].hostPath`) and the
+//! line, so a user can fix a hand-edited spec without guessing. Writing is deterministic: the same
+//! [`Spec`] value always gives the same bytes.
+//!
+//! YAML is written by a small emitter of our own rather than `serde_yaml`'s, because a spec is read
+//! by YAML 1.1 parsers too (Go's `sigs.k8s.io/yaml`, which containerd uses): there, plain `yes`,
+//! `on` or `1_000` are not strings. The emitter quotes every string a YAML 1.1 or 1.2 parser could
+//! read as anything else, and every string starting with a digit (`"0"`, `"0:1"`, `"0.6.0"`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::spec::Spec;
+
+/// A spec file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// JSON: fastest to parse; what the installer writes for the shim.
+    Json,
+    /// YAML: what people read and edit; JSON is valid YAML, so this also reads JSON.
+    Yaml,
+}
+
+impl Format {
+    /// The format a spec directory entry has by its extension (`.json`, `.yaml`, `.yml`); `None` for
+    /// other files, which CDI runtimes ignore.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()? {
+            "json" => Some(Format::Json),
+            "yaml" | "yml" => Some(Format::Yaml),
+            _ => None,
+        }
+    }
+
+    /// The canonical extension, without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Yaml => "yaml",
+        }
+    }
+}
+
+/// A spec that could not be parsed: where, and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{}: {}{message}{}",
+    path.display(),
+    if field.is_empty() { String::new() } else { format!("field `{field}`: ") },
+    line.map(|l| format!(" (line {l})")).unwrap_or_default()
+)]
+pub struct ParseError {
+    /// The file (or the name given to the bytes).
+    pub path: PathBuf,
+    /// Field path where parsing stopped, e.g. `devices[0].containerEdits`; empty at the top level.
+    pub field: String,
+    /// What the parser said, without its position suffix.
+    pub message: String,
+    /// 1-based line, when the parser knows it.
+    pub line: Option<usize>,
+}
+
+/// Parses spec text. Checks structure and types only; see [`crate::validate::validate`] for the rules.
+pub fn parse(bytes: &[u8], format: Format, path: &Path) -> Result<Spec, ParseError> {
+    match format {
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let spec = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                parse_error(path, e.path().to_string(), e.inner().to_string(), Some(e.inner().line()))
+            })?;
+            de.end().map_err(|e| parse_error(path, String::new(), e.to_string(), Some(e.line())))?;
+            Ok(spec)
+        }
+        Format::Yaml => {
+            let de = serde_yaml::Deserializer::from_slice(bytes);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let line = e.inner().location().map(|l| l.line());
+                parse_error(path, e.path().to_string(), e.inner().to_string(), line)
+            })
+        }
+    }
+}
+
+fn parse_error(path: &Path, field: String, message: String, line: Option<usize>) -> ParseError {
+    let field = if field == "." { String::new() } else { field };
+    // Both parsers append their own position; we report the line separately.
+    let message = match message.find(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message,
+    };
+    // serde_yaml prefixes the path it knows; ours is more complete.
+    let message = match message.split_once(": ") {
+        Some((prefix, rest)) if !field.is_empty() && field.starts_with(prefix) => rest.to_owned(),
+        _ => message,
+    };
+    ParseError { path: path.to_owned(), field, message, line: line.filter(|l| *l > 0) }
+}
+
+/// The spec as text in `format`, newline-terminated.
+pub fn to_string(spec: &Spec, format: Format) -> String {
+    // Serializing our own types to a `Value` cannot fail: every map key is a string.
+    let value = serde_json::to_value(spec).expect("a CDI spec always serializes");
+    match format {
+        Format::Json => {
+            let mut text = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
+            text.push('\n');
+            text
+        }
+        Format::Yaml => {
+            let mut out = String::with_capacity(4096);
+            yaml_block(&mut out, &value, 0);
+            out
+        }
+    }
+}
+
+/// Writes a mapping or sequence in block style at `indent`; scalars on their own line.
+fn yaml_block(out: &mut String, value: &Value, indent: usize) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (key, v) in map {
+                pad(out, indent);
+                yaml_scalar_str(out, key);
+                yaml_member(out, v, indent);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for item in items {
+                pad(out, indent);
+                out.push('-');
+                match item {
+                    Value::Object(map) if !map.is_empty() => {
+                        // First key on the dash line, the rest aligned under it.
+                        for (n, (key, v)) in map.iter().enumerate() {
+                            if n == 0 {
+                                out.push(' ');
+                            } else {
+                                pad(out, indent + 2);
+                            }
+                            yaml_scalar_str(out, key);
+                            yaml_member(out, v, indent + 2);
+                        }
+                    }
+                    Value::Array(inner) if !inner.is_empty() => {
+                        out.push('\n');
+                        yaml_block(out, item, indent + 2);
+                    }
+                    scalar => {
+                        out.push(' ');
+                        yaml_scalar(out, scalar);
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        scalar => {
+            pad(out, indent);
+            yaml_scalar(out, scalar);
+            out.push('\n');
+        }
+    }
+}
+
+/// Writes `: value` after a key: nested collections on the following lines (sequences at the key's
+/// own indentation, as Go's YAML writers do), scalars and empty collections inline.
+fn yaml_member(out: &mut String, value: &Value, indent: usize) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            out.push_str(":\n");
+            yaml_block(out, value, indent + 2);
+        }
+        Value::Array(items) if !items.is_empty() => {
+            out.push_str(":\n");
+            yaml_block(out, value, indent);
+        }
+        _ => {
+            out.push_str(": ");
+            yaml_scalar(out, value);
+            out.push('\n');
+        }
+    }
+}
+
+fn pad(out: &mut String, indent: usize) {
+    out.extend(std::iter::repeat_n(' ', indent));
+}
+
+fn yaml_scalar(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Value::String(s) => yaml_scalar_str(out, s),
+        Value::Object(_) => out.push_str("{}"),
+        Value::Array(_) => out.push_str("[]"),
+    }
+}
+
+fn yaml_scalar_str(out: &mut String, s: &str) {
+    if plain_is_safe(s) {
+        out.push_str(s);
+    } else {
+        // JSON string syntax is valid YAML double-quoted scalar syntax.
+        out.push_str(&serde_json::to_string(s).expect("a string always serializes"));
+    }
+}
+
+/// True when `s` written unquoted reads back as the same string under YAML 1.1 and 1.2.
+fn plain_is_safe(s: &str) -> bool {
+    const RESERVED: [&str; 11] = ["y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"];
+    let body = s.trim_start_matches('-');
+    let Some(first) = body.chars().next() else { return false };
+    // A leading dash is only plain when a letter follows (`--link`), never `- x` or `-1`.
+    if !(first.is_ascii_alphabetic() || first == '/' || first == '_') {
+        return false;
+    }
+    if RESERVED.iter().any(|r| s.eq_ignore_ascii_case(r)) {
+        return false;
+    }
+    s.ends_with(|c: char| c != ':') && s.chars().all(|c| c.is_ascii_alphanumeric() || "/_.-=:+,".contains(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{ContainerEdits, Device, DeviceNode, Hook};
+
+    fn sample() -> Spec {
+        let mut spec = Spec {
+            cdi_version: "0.6.0".into(),
+            kind: "nvidia.com/gpu".into(),
+            devices: ["0", "0:1", "GPU-4c1d890a", "yes", "all"]
+                .iter()
+                .map(|n| Device {
+                    name: (*n).into(),
+                    container_edits: ContainerEdits {
+                        device_nodes: vec![DeviceNode {
+                            path: "/dev/nvidia0".into(),
+                            device_type: Some("c".into()),
+                            major: Some(195),
+                            minor: Some(0),
+                            file_mode: Some(0o666),
+                            permissions: Some("rw".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        spec.annotations.insert("nvinject.io/generated-by".into(), "nvinject-cdi 0.1.0".into());
+        spec.container_edits.env.push("NVIDIA_VISIBLE_DEVICES=void".into());
+        spec.container_edits.hooks.push(Hook {
+            hook_name: "createContainer".into(),
+            path: "/usr/local/nvinject/bin/nvinject-hook".into(),
+            args: vec!["nvinject-hook".into(), "create-symlinks".into(), "--link".into(), "a::b".into()],
+            ..Default::default()
+        });
+        spec.devices.push(Device { name: "empty".into(), ..Default::default() });
+        spec
+    }
+
+    #[test]
+    fn yaml_output_round_trips_and_quotes_ambiguous_strings() {
+        let spec = sample();
+        let yaml = to_string(&spec, Format::Yaml);
+        assert_eq!(parse(yaml.as_bytes(), Format::Yaml, Path::new("t.yaml")).unwrap(), spec);
+        // YAML 1.1 readers would take these as numbers or booleans if they were plain.
+        for quoted in ["name: \"0\"", "name: \"0:1\"", "name: \"yes\"", "cdiVersion: \"0.6.0\""] {
+            assert!(yaml.contains(quoted), "missing {quoted} in\n{yaml}");
+        }
+        assert!(
+            yaml.contains("- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n")
+        );
+        assert!(yaml.contains("- name: empty\n  containerEdits: {}\n"), "{yaml}");
+        assert!(yaml.contains("    - --link\n    - a::b\n"), "{yaml}");
+        assert!(yaml.contains("nvinject.io/generated-by: \"nvinject-cdi 0.1.0\""));
+    }
+
+    #[test]
+    fn json_output_round_trips_and_is_minimal() {
+        let spec = sample();
+        let json = to_string(&spec, Format::Json);
+        assert_eq!(parse(json.as_bytes(), Format::Json, Path::new("t.json")).unwrap(), spec);
+        assert!(!json.contains("null") && !json.contains("hostPath"), "{json}");
+        assert!(json.ends_with("}\n"));
+        // JSON is YAML: the YAML reader accepts it too.
+        assert_eq!(parse(json.as_bytes(), Format::Yaml, Path::new("t.json")).unwrap(), spec);
+    }
+
+    #[test]
+    fn parse_errors_name_file_field_and_line() {
+        let yaml = "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: x\n  containerEdits:\n    deviceNodes:\n    - path: /dev/x\n      major: many\n";
+        let err = parse(yaml.as_bytes(), Format::Yaml, Path::new("/etc/cdi/x.yaml")).unwrap_err();
+        assert_eq!(err.field, "devices[0].containerEdits.deviceNodes[0].major");
+        assert_eq!(err.line, Some(8));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("/etc/cdi/x.yaml: field `devices[0].containerEdits.deviceNodes[0].major`: ")
+        );
+        assert!(text.contains("invalid type"), "{text}");
+
+        let json = br#"{"cdiVersion":"0.6.0","kind":"a.b/c","devices":[{"name":"x","containerEdit":{}}]}"#;
+        let err = parse(json, Format::Json, Path::new("x.json")).unwrap_err();
+        assert_eq!(err.field, "devices[0].containerEdit");
+        assert!(err.message.contains("unknown field `containerEdit`"), "{}", err.message);
+
+        let err =
+            parse(b"{\"kind\": \"a.b/c\", \"devices\": []}", Format::Json, Path::new("y.json")).unwrap_err();
+        assert!(err.message.contains("missing field `cdiVersion`"), "{err}");
+        assert!(parse(b"{} trailing", Format::Json, Path::new("z.json")).is_err());
+    }
+
+    #[test]
+    fn formats_follow_extensions() {
+        assert_eq!(Format::from_path(Path::new("/etc/cdi/a.json")), Some(Format::Json));
+        assert_eq!(Format::from_path(Path::new("b.yml")), Some(Format::Yaml));
+        assert_eq!(Format::from_path(Path::new("c.yaml")), Some(Format::Yaml));
+        assert_eq!(Format::from_path(Path::new("d.yaml.bak")), None);
+        assert_eq!(Format::from_path(Path::new("README")), None);
+    }
+}

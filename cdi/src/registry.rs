@@ -1,0 +1,523 @@
+//! The CDI spec directories as one lookup table from qualified device names to specs.
+//!
+//! Rules (those of containerd's and podman's CDI support, so the shim and containerd agree on what
+//! a name means):
+//! - directories are given in priority order, lowest first (default `/etc/cdi` then `/var/run/cdi`);
+//!   missing directories are skipped;
+//! - in a directory, `*.json`, `*.yaml` and `*.yml` files are read in lexical order; subdirectories
+//!   and other files are ignored;
+//! - a device name defined in several directories resolves to the highest-priority one; defined
+//!   twice in one directory, it is a conflict and resolves to nothing;
+//! - a file that cannot be read, parsed or validated is set aside with its error; it never hides
+//!   other files' devices, and an unresolvable name reports it.
+//!
+//! Cost: [`Registry::scan`] only lists the directories. A lookup reads just enough of each file to
+//! learn its kind and fully parses only files of the kind asked for; results are cached, so a
+//! registry can serve many lookups. [`Registry::refresh`] relists and keeps cached parses of files
+//! whose identity (device, inode, size, mtime) did not change.
+
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use serde::Deserialize;
+
+use crate::codec::Format;
+use crate::load::{SpecError, parse_and_validate};
+use crate::name::{Kind, QualifiedName};
+use crate::spec::{ContainerEdits, Device, Spec};
+
+/// The CDI spec directories runtimes read, lowest priority first.
+pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// What identifies one version of a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// One spec file and what is known about it so far.
+#[derive(Debug)]
+struct FileState {
+    path: PathBuf,
+    format: Format,
+    identity: Identity,
+    bytes: OnceLock<Result<Vec<u8>, Arc<std::io::Error>>>,
+    kind: OnceLock<Option<String>>,
+    spec: OnceLock<Result<Spec, SpecError>>,
+}
+
+impl FileState {
+    fn bytes(&self) -> Result<&[u8], &std::io::Error> {
+        match self.bytes.get_or_init(|| fs::read(&self.path).map_err(Arc::new)) {
+            Ok(b) => Ok(b),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The kind as cheaply as possible; `None` when only a full parse can tell.
+    fn kind_hint(&self) -> Option<&str> {
+        self.kind.get_or_init(|| peek_kind(self.bytes().ok()?, self.format)).as_deref()
+    }
+
+    fn spec(&self) -> &Result<Spec, SpecError> {
+        self.spec.get_or_init(|| {
+            let bytes = self.bytes().map_err(|e| SpecError::Read {
+                path: self.path.clone(),
+                source: std::io::Error::new(e.kind(), e.to_string()),
+            })?;
+            let spec = parse_and_validate(bytes, self.format, &self.path);
+            match &spec {
+                Ok(s) => tracing::debug!(path = %self.path.display(), kind = %s.kind, devices = s.devices.len(), "CDI spec loaded"),
+                Err(e) => tracing::debug!(path = %self.path.display(), error = %e, "CDI spec rejected"),
+            }
+            spec
+        })
+    }
+}
+
+/// Reads only the top-level `kind` of a spec.
+fn peek_kind(bytes: &[u8], format: Format) -> Option<String> {
+    match format {
+        Format::Json => {
+            #[derive(Deserialize)]
+            struct KindOnly {
+                kind: Option<String>,
+            }
+            serde_json::from_slice::<KindOnly>(bytes).ok()?.kind
+        }
+        // A top-level `kind:` key sits at column 0 in block YAML; anything else (flow style, JSON
+        // text in a .yaml file) falls back to a full parse.
+        Format::Yaml => {
+            let text = std::str::from_utf8(bytes).ok()?;
+            let line = text.lines().find_map(|l| l.strip_prefix("kind:"))?;
+            let value = line.split(" #").next()?.trim();
+            let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+            let value = value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')).unwrap_or(value);
+            (!value.is_empty()).then(|| value.to_owned())
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    priority: usize,
+    state: Arc<FileState>,
+}
+
+/// A snapshot of the CDI spec directories. Cheap to build; loads files on demand.
+#[derive(Debug)]
+pub struct Registry {
+    dirs: Vec<PathBuf>,
+    files: Vec<Entry>,
+    dir_errors: Vec<SpecError>,
+}
+
+/// A device found in the registry, with the spec that defines it.
+#[derive(Debug, Clone, Copy)]
+pub struct Resolved<'a> {
+    /// The spec file.
+    pub path: &'a Path,
+    /// The whole spec (its `containerEdits` apply to a container getting any of its devices).
+    pub spec: &'a Spec,
+    /// The device.
+    pub device: &'a Device,
+}
+
+impl<'a> Resolved<'a> {
+    /// The edits to apply for this device, in order: the spec's common edits, then the device's.
+    pub fn edits(&self) -> [&'a ContainerEdits; 2] {
+        [&self.spec.container_edits, &self.device.container_edits]
+    }
+}
+
+/// A device as `list` shows it.
+#[derive(Debug, Clone)]
+pub struct Listed<'a> {
+    /// The qualified name.
+    pub name: String,
+    /// The spec file defining it (the winning one when several do).
+    pub path: &'a Path,
+}
+
+/// Why a qualified name did not resolve. Messages name the directories and files involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// No loadable spec has the kind.
+    #[error(
+        "unresolvable CDI device {name}: no CDI spec for kind {kind} in {}{}",
+        PathList(dirs),
+        Broken(broken)
+    )]
+    UnknownKind {
+        /// The name asked for, `vendor/class=name`.
+        name: String,
+        /// Its kind.
+        kind: String,
+        /// Directories searched.
+        dirs: Vec<PathBuf>,
+        /// Spec files that could not be loaded and may have defined it.
+        broken: Vec<String>,
+    },
+    /// Specs of the kind exist but none defines the device.
+    #[error(
+        "unresolvable CDI device {name}: no device `{device}` in {} (devices there: {}){}",
+        PathList(files),
+        Names(available),
+        Broken(broken)
+    )]
+    UnknownDevice {
+        /// The name asked for, `vendor/class=name`.
+        name: String,
+        /// The device part.
+        device: String,
+        /// Spec files of that kind.
+        files: Vec<PathBuf>,
+        /// Device names they do define.
+        available: Vec<String>,
+        /// Spec files that could not be loaded and may have defined it.
+        broken: Vec<String>,
+    },
+    /// Two files of the same directory define the device.
+    #[error(
+        "ambiguous CDI device {name}: defined by {} in the same directory; remove or rename one",
+        PathList(paths)
+    )]
+    Conflict {
+        /// The name asked for, `vendor/class=name`.
+        name: String,
+        /// The files defining it.
+        paths: Vec<PathBuf>,
+    },
+}
+
+struct PathList<'a>(&'a [PathBuf]);
+
+impl fmt::Display for PathList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", p.display())?;
+        }
+        Ok(())
+    }
+}
+
+struct Names<'a>(&'a [String]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 12;
+        f.write_str(&self.0.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "))?;
+        if self.0.len() > SHOWN {
+            write!(f, ", ... {} more", self.0.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+struct Broken<'a>(&'a [String]);
+
+impl fmt::Display for Broken<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.0.is_empty() {
+            write!(f, "; spec files that failed to load: {}", self.0.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// Lists `dirs` (lowest priority first). Never fails: unreadable directories are kept as errors.
+    pub fn scan<P: AsRef<Path>>(dirs: &[P]) -> Registry {
+        let dirs: Vec<PathBuf> = dirs.iter().map(|d| d.as_ref().to_owned()).collect();
+        let mut registry = Registry { dirs, files: Vec::new(), dir_errors: Vec::new() };
+        registry.relist(&[]);
+        registry
+    }
+
+    /// Relists the directories, keeping what was learned about files that did not change.
+    pub fn refresh(&mut self) {
+        let old = std::mem::take(&mut self.files);
+        self.dir_errors.clear();
+        self.relist(&old);
+    }
+
+    fn relist(&mut self, old: &[Entry]) {
+        for (priority, dir) in self.dirs.iter().enumerate() {
+            let read = match fs::read_dir(dir) {
+                Ok(read) => read,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    self.dir_errors.push(SpecError::ReadDir { path: dir.clone(), source });
+                    continue;
+                }
+            };
+            let mut found: Vec<(PathBuf, Format)> = read
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let path = e.path();
+                    Format::from_path(&path).map(|f| (path, f))
+                })
+                .collect();
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            for (path, format) in found {
+                // Follows symlinks, as runtimes do; directories named like specs are skipped.
+                let Ok(meta) = fs::metadata(&path) else { continue };
+                if !meta.is_file() {
+                    continue;
+                }
+                let identity = Identity {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    size: meta.size(),
+                    mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+                };
+                let reused = old.iter().find(|e| e.state.path == path && e.state.identity == identity);
+                let state = match reused {
+                    Some(e) => e.state.clone(),
+                    None => Arc::new(FileState {
+                        path,
+                        format,
+                        identity,
+                        bytes: OnceLock::new(),
+                        kind: OnceLock::new(),
+                        spec: OnceLock::new(),
+                    }),
+                };
+                self.files.push(Entry { priority, state });
+            }
+        }
+    }
+
+    /// The directories, lowest priority first.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Finds the device `name`.
+    pub fn resolve(&self, name: &QualifiedName) -> Result<Resolved<'_>, ResolveError> {
+        let kind = name.kind().as_str();
+        let mut of_kind: Vec<(&Entry, &Spec)> = Vec::new();
+        let mut broken = Vec::new();
+        for entry in &self.files {
+            if entry.state.kind_hint().is_some_and(|k| k != kind) {
+                continue;
+            }
+            match entry.state.spec() {
+                Ok(spec) if spec.kind == kind => of_kind.push((entry, spec)),
+                Ok(_) => {}
+                Err(e) => broken.push(e.to_string()),
+            }
+        }
+        // Highest priority first; within a priority, any second definition is a conflict.
+        let mut hits = of_kind.iter().rev().filter_map(|(e, s)| s.device(name.name()).map(|d| (*e, *s, d)));
+        if let Some((entry, spec, device)) = hits.next() {
+            let same_dir: Vec<PathBuf> = hits
+                .take_while(|(e, _, _)| e.priority == entry.priority)
+                .map(|(e, _, _)| e.state.path.clone())
+                .collect();
+            if !same_dir.is_empty() {
+                let mut paths = vec![entry.state.path.clone()];
+                paths.extend(same_dir);
+                paths.sort();
+                return Err(ResolveError::Conflict { name: name.to_string(), paths });
+            }
+            return Ok(Resolved { path: &entry.state.path, spec, device });
+        }
+        if of_kind.is_empty() {
+            return Err(ResolveError::UnknownKind {
+                name: name.to_string(),
+                kind: kind.to_owned(),
+                dirs: self.dirs.clone(),
+                broken,
+            });
+        }
+        Err(ResolveError::UnknownDevice {
+            name: name.to_string(),
+            device: name.name().to_owned(),
+            files: of_kind.iter().map(|(e, _)| e.state.path.clone()).collect(),
+            available: of_kind.iter().flat_map(|(_, s)| s.devices.iter().map(|d| d.name.clone())).collect(),
+            broken,
+        })
+    }
+
+    /// Every spec that loaded, with its file, in priority order (lowest first). Loads all files.
+    pub fn specs(&self) -> impl Iterator<Item = (&Path, &Spec)> {
+        self.files.iter().filter_map(|e| e.state.spec().as_ref().ok().map(|s| (e.state.path.as_path(), s)))
+    }
+
+    /// Every device that resolves, by qualified name, with the file that wins for it; sorted by
+    /// name. Devices in conflict are left out (see [`Registry::errors`] and [`Registry::resolve`]).
+    pub fn devices(&self) -> Vec<Listed<'_>> {
+        let mut out: Vec<Listed<'_>> = Vec::new();
+        for (path, spec) in self.specs() {
+            for device in &spec.devices {
+                let Ok(name) = QualifiedName::new(
+                    spec.kind.parse::<Kind>().expect("validated specs have valid kinds"),
+                    &device.name,
+                ) else {
+                    continue;
+                };
+                if let Ok(resolved) = self.resolve(&name)
+                    && resolved.path == path
+                {
+                    out.push(Listed { name: name.to_string(), path });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out.dedup_by(|a, b| a.name == b.name);
+        out
+    }
+
+    /// Every directory and file that could not be used, with why. Loads all files.
+    pub fn errors(&self) -> Vec<&SpecError> {
+        self.dir_errors
+            .iter()
+            .chain(self.files.iter().filter_map(|e| e.state.spec().as_ref().err()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_yaml(kind: &str, names: &[&str], marker: &str) -> String {
+        let mut s = format!("cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n");
+        for n in names {
+            s.push_str(&format!("- name: \"{n}\"\n  containerEdits:\n    env: [FROM={marker}]\n"));
+        }
+        s
+    }
+
+    fn env_of(r: &Resolved<'_>) -> String {
+        r.device.container_edits.env[0].clone()
+    }
+
+    fn q(s: &str) -> QualifiedName {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn later_directories_win_and_conflicts_in_one_directory_are_refused() {
+        let etc = tempfile::tempdir().unwrap();
+        let run = tempfile::tempdir().unwrap();
+        fs::write(etc.path().join("nvidia.yaml"), spec_yaml("nvidia.com/gpu", &["0", "1"], "etc")).unwrap();
+        fs::write(run.path().join("nvidia.com-gpu.json"), r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"env":["FROM=run"]}}]}"#).unwrap();
+        fs::write(run.path().join("a-other.yaml"), spec_yaml("vendor.com/nic", &["0"], "nic")).unwrap();
+        let reg = Registry::scan(&[etc.path(), run.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=run");
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=1")).unwrap()), "FROM=etc");
+        assert_eq!(env_of(&reg.resolve(&q("vendor.com/nic=0")).unwrap()), "FROM=nic");
+
+        fs::write(run.path().join("z-dup.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "dup")).unwrap();
+        let reg = Registry::scan(&[etc.path(), run.path()]);
+        let err = reg.resolve(&q("nvidia.com/gpu=0")).unwrap_err().to_string();
+        assert!(err.contains("ambiguous CDI device nvidia.com/gpu=0"), "{err}");
+        assert!(err.contains("nvidia.com-gpu.json") && err.contains("z-dup.yaml"), "{err}");
+        let names: Vec<String> = reg.devices().into_iter().map(|d| d.name).collect();
+        assert_eq!(names, ["nvidia.com/gpu=1", "vendor.com/nic=0"]);
+    }
+
+    #[test]
+    fn a_broken_file_of_another_vendor_hides_nothing_and_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a-broken.yaml"), "cdiVersion: 0.5.0\nkind: other.com/x\ndevices: [oops\n")
+            .unwrap();
+        fs::write(dir.path().join("b-bad.json"), "{ not json").unwrap();
+        fs::write(dir.path().join("c-nvidia.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "ok")).unwrap();
+        fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        fs::create_dir(dir.path().join("sub.yaml")).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=ok");
+        let errors: Vec<String> = reg.errors().iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("a-broken.yaml"), "{errors:?}");
+        assert!(errors[1].contains("b-bad.json"), "{errors:?}");
+
+        // An unknown device names the specs searched, what they have, and the broken file whose
+        // kind could not be read.
+        let err = reg.resolve(&q("nvidia.com/gpu=7")).unwrap_err().to_string();
+        assert!(
+            err.contains("no device `7`")
+                && err.contains("c-nvidia.yaml")
+                && err.contains("devices there: 0")
+        );
+        assert!(err.contains("b-bad.json"), "{err}");
+        let err = reg.resolve(&q("amd.com/gpu=0")).unwrap_err().to_string();
+        assert!(err.contains("no CDI spec for kind amd.com/gpu in "), "{err}");
+    }
+
+    #[test]
+    fn invalid_specs_are_refused_with_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: dev/nvidia0\n";
+        fs::write(dir.path().join("nvidia.yaml"), text).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        let err = reg.resolve(&q("nvidia.com/gpu=0")).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "nvidia.yaml: invalid CDI spec: field `devices[0].containerEdits.deviceNodes[0].path`"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn lookups_parse_only_files_of_the_kind_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.yaml"), spec_yaml("other.com/x", &["0"], "x")).unwrap();
+        fs::write(dir.path().join("b.json"), r#"{"kind":"other.com/y","cdiVersion":"0.5.0","devices":[]}"#)
+            .unwrap();
+        fs::write(dir.path().join("c.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "ok")).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        reg.resolve(&q("nvidia.com/gpu=0")).unwrap();
+        let parsed: Vec<bool> = reg.files.iter().map(|e| e.state.spec.get().is_some()).collect();
+        assert_eq!(parsed, [false, false, true]);
+    }
+
+    #[test]
+    fn refresh_sees_new_and_changed_files_and_keeps_unchanged_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "v1")).unwrap();
+        let mut reg = Registry::scan(&[dir.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=v1");
+        let before = Arc::as_ptr(&reg.files[0].state);
+
+        fs::write(dir.path().join("b.yaml"), spec_yaml("nvidia.com/gpu", &["1"], "new")).unwrap();
+        reg.refresh();
+        assert_eq!(Arc::as_ptr(&reg.files[0].state), before, "unchanged file re-parsed");
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=1")).unwrap()), "FROM=new");
+
+        // A rewrite (new inode, as an atomic rename makes) is seen.
+        let tmp = dir.path().join(".a.tmp");
+        fs::write(&tmp, spec_yaml("nvidia.com/gpu", &["0"], "v2")).unwrap();
+        fs::rename(&tmp, dir.path().join("a.yaml")).unwrap();
+        reg.refresh();
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=v2");
+    }
+
+    #[test]
+    fn missing_directories_are_not_errors() {
+        let reg = Registry::scan(&["/nonexistent/nvinject-cdi-test"]);
+        assert!(reg.errors().is_empty());
+        assert!(matches!(reg.resolve(&q("nvidia.com/gpu=0")), Err(ResolveError::UnknownKind { .. })));
+    }
+
+    #[test]
+    fn yaml_kind_peek_handles_quotes_and_comments() {
+        let peek = |t: &str| peek_kind(t.as_bytes(), Format::Yaml);
+        assert_eq!(peek("cdiVersion: 0.5.0\nkind: \"nvidia.com/gpu\"\n").as_deref(), Some("nvidia.com/gpu"));
+        assert_eq!(peek("kind: 'a.com/b' # comment\n").as_deref(), Some("a.com/b"));
+        assert_eq!(peek("{kind: a.com/b}").as_deref(), None);
+    }
+}

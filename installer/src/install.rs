@@ -1,0 +1,598 @@
+//! Install and uninstall, step by step.
+//!
+//! Every input is read and every plan made before the first write, so a bad containerd config or
+//! a missing binary fails with nothing changed. Then the steps run in an order that keeps the host
+//! consistent at every instant: binaries before the config that names them, the drop-in before
+//! the `imports` entry that loads it (containerd refuses to start on an import of a missing
+//! file), and on uninstall the reverse. containerd is restarted only when its files changed (or a
+//! killed earlier run left a restart owed), then the installer waits until it answers.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::containerd::{
+    self, ConfigSources, ContainerdVersion, MainChange, Plan, RuntimeMode, RuntimeRequest,
+};
+use crate::devchar;
+use crate::error::{Error, Result};
+use crate::fsx::{self, FaultHook};
+use crate::lock::HostLock;
+use crate::paths::{HostRoot, host_join};
+use crate::service::{Containerd, Restarted};
+use crate::state::{Change, Ledger, LinkOutcome, Role};
+
+/// The shim binary containerd starts.
+pub const SHIM_BINARY: &str = "containerd-shim-nvinject-v2";
+
+/// The binaries installed into `<install dir>/bin`, and whether each is required.
+pub const BINARIES: &[(&str, bool)] = &[
+    (SHIM_BINARY, true),
+    ("nvinject-hook", true),
+    ("nvinject-cdi", false),
+    ("nvinject-device-plugin", false),
+    ("nvinject-installer", false),
+];
+
+/// The CDI spec file the installer owns (JSON: the fastest for the shim to parse).
+pub const SPEC_FILE: &str = "nvidia.com-gpu.json";
+
+/// Everything install and uninstall need to know; every path is a host path.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the host's `/` is reachable.
+    pub host_root: HostRoot,
+    /// Install prefix (`/usr/local/nvinject`); binaries go to `<prefix>/bin`.
+    pub install_dir: String,
+    /// Where the binaries to install are (a local path, not under the host root).
+    pub source_dir: PathBuf,
+    /// containerd's main config file.
+    pub containerd_config: String,
+    /// Directory of our drop-in (default: `conf.d` next to the main config).
+    pub drop_in_dir: String,
+    /// Runtime handler and RuntimeClass handler name.
+    pub handler: String,
+    /// Make the handler containerd's default runtime.
+    pub set_as_default: bool,
+    /// `/etc/nvinject/config.toml`.
+    pub runtime_config: String,
+    /// Where CDI specs go (`/var/run/cdi`).
+    pub cdi_dir: String,
+    /// Driver root on the host (`/`, or `/run/nvidia/driver` with a driver container).
+    pub driver_root: String,
+    /// Dev root on the host: device nodes are `<dev root>/dev/nvidia*` (`/`).
+    pub dev_root: String,
+    /// Proc root on the host (`/proc`).
+    pub proc_root: String,
+    /// Sys root on the host (`/sys`).
+    pub sys_root: String,
+    /// NVML library to load (host path); default: found under the driver root.
+    pub nvml_lib: Option<String>,
+    /// Where the shim is linked onto containerd's `PATH` when containerd ignores `runtime_path`.
+    pub shim_link_dir: String,
+    /// The installer's state directory.
+    pub state_dir: String,
+    /// The host lock file.
+    pub lock_file: String,
+    /// How long to wait for another installer.
+    pub lock_wait: Duration,
+    /// Whether to generate the CDI spec.
+    pub generate_cdi: bool,
+    /// Whether to create `/dev/char` links.
+    pub dev_char_links: bool,
+}
+
+impl Settings {
+    /// Defaults for a host mounted at `host_root`.
+    pub fn defaults(host_root: HostRoot, source_dir: PathBuf) -> Settings {
+        Settings {
+            host_root,
+            install_dir: "/usr/local/nvinject".into(),
+            source_dir,
+            containerd_config: "/etc/containerd/config.toml".into(),
+            drop_in_dir: "/etc/containerd/conf.d".into(),
+            handler: "nvidia".into(),
+            set_as_default: false,
+            runtime_config: "/etc/nvinject/config.toml".into(),
+            cdi_dir: "/var/run/cdi".into(),
+            driver_root: "/".into(),
+            dev_root: "/".into(),
+            proc_root: "/proc".into(),
+            sys_root: "/sys".into(),
+            nvml_lib: None,
+            shim_link_dir: "/usr/local/bin".into(),
+            state_dir: "/var/lib/nvinject/installer".into(),
+            lock_file: "/run/nvinject-installer.lock".into(),
+            lock_wait: Duration::from_secs(120),
+            generate_cdi: true,
+            dev_char_links: true,
+        }
+    }
+
+    /// `<install dir>/bin`.
+    pub fn bin_dir(&self) -> String {
+        host_join(&self.install_dir, "bin")
+    }
+
+    /// Host path of the shim.
+    pub fn shim_path(&self) -> String {
+        host_join(&self.bin_dir(), SHIM_BINARY)
+    }
+
+    /// Host path of the OCI hook.
+    pub fn hook_path(&self) -> String {
+        host_join(&self.bin_dir(), "nvinject-hook")
+    }
+
+    /// Host path of our drop-in.
+    pub fn drop_in_path(&self) -> String {
+        host_join(&self.drop_in_dir, "99-nvinject.toml")
+    }
+
+    /// Host path of the CDI spec.
+    pub fn spec_path(&self) -> String {
+        host_join(&self.cdi_dir, SPEC_FILE)
+    }
+}
+
+/// What the CDI spec is generated from (host paths, plus the host root to reach them).
+#[derive(Debug, Clone)]
+pub struct SpecRequest {
+    /// Host root.
+    pub host_root: HostRoot,
+    /// Driver root (host path).
+    pub driver_root: String,
+    /// Dev root (host path).
+    pub dev_root: String,
+    /// Proc root (host path).
+    pub proc_root: String,
+    /// Sys root (host path).
+    pub sys_root: String,
+    /// NVML library (host path), if not the driver root's.
+    pub nvml_lib: Option<String>,
+    /// Hook path written into the spec (host path).
+    pub hook_path: String,
+}
+
+/// Produces the CDI spec file for this node (the cdi-gen library in production).
+pub trait SpecGenerator {
+    /// The spec's bytes, deterministic for a given node.
+    fn generate(&self, request: &SpecRequest) -> Result<Vec<u8>>;
+}
+
+/// Produces `/etc/nvinject/config.toml` (the shim's config type in production).
+pub trait RuntimeConfigWriter {
+    /// The file's content for these settings.
+    fn render(&self, settings: &Settings, mode: RuntimeMode) -> Result<String>;
+}
+
+/// What an install did.
+#[derive(Debug, Clone)]
+pub struct InstallReport {
+    /// The containerd found.
+    pub containerd: ContainerdVersion,
+    /// How containerd starts the shim.
+    pub mode: RuntimeMode,
+    /// Host paths written this run.
+    pub written: Vec<String>,
+    /// Whether containerd was restarted (or would have been, with restart mode `none`).
+    pub restart: Option<Restarted>,
+    /// Things the operator should know.
+    pub warnings: Vec<String>,
+}
+
+/// What an uninstall did.
+#[derive(Debug, Clone)]
+pub struct UninstallReport {
+    /// Host paths restored to their original bytes.
+    pub restored: Vec<String>,
+    /// Host paths removed.
+    pub removed: Vec<String>,
+    /// Host paths left as they are (changed by someone since).
+    pub kept: Vec<(String, String)>,
+    /// Whether containerd was restarted.
+    pub restart: Option<Restarted>,
+    /// Things the operator should know.
+    pub warnings: Vec<String>,
+}
+
+/// The installer with its edges.
+pub struct Installer<'a> {
+    /// Settings.
+    pub settings: Settings,
+    /// containerd (version, restart).
+    pub containerd: &'a dyn Containerd,
+    /// CDI spec source; `None` skips the spec.
+    pub spec: Option<&'a dyn SpecGenerator>,
+    /// Runtime config renderer.
+    pub runtime_config: &'a dyn RuntimeConfigWriter,
+    /// Fault-injection hook (inert in production).
+    pub hook: &'a FaultHook,
+}
+
+/// Everything read and computed before the first write.
+struct Prepared {
+    containerd: ContainerdVersion,
+    plan: Plan,
+    binaries: Vec<(String, Vec<u8>)>,
+    runtime_config: String,
+    spec: Option<Vec<u8>>,
+    links: Vec<devchar::CharLink>,
+    warnings: Vec<String>,
+}
+
+impl Installer<'_> {
+    fn lock(&self) -> Result<HostLock> {
+        HostLock::acquire(&self.settings.host_root.resolve(&self.settings.lock_file), self.settings.lock_wait)
+    }
+
+    /// Reads containerd's main config and, transitively, the files it imports (without our
+    /// drop-in), in containerd's load order.
+    pub fn read_sources(&self, containerd: &ContainerdVersion) -> Result<ConfigSources> {
+        read_sources(
+            &self.settings.host_root,
+            &self.settings.containerd_config,
+            &self.settings.drop_in_path(),
+            containerd,
+        )
+    }
+
+    fn prepare(&self, ledger: &Ledger<'_>) -> Result<Prepared> {
+        let s = &self.settings;
+        let containerd = self.containerd.version()?;
+        let mut sources = self.read_sources(&containerd)?;
+        // An earlier install with another drop-in path left its import in the main file: drop it
+        // (its file is removed at the end of this run).
+        let on_disk = sources.main.clone();
+        for old in ledger.paths_with_role(Role::DropIn) {
+            if old == s.drop_in_path() {
+                continue;
+            }
+            if let Some(text) = &sources.main
+                && let Some(stripped) = containerd::remove_import(&s.containerd_config, text, &old)?
+            {
+                sources.main = Some(stripped);
+            }
+        }
+        let request = RuntimeRequest {
+            handler: s.handler.clone(),
+            shim_path: s.shim_path(),
+            set_as_default: s.set_as_default,
+            drop_in_path: s.drop_in_path(),
+        };
+        let mut plan = containerd::plan(&sources, &containerd, &request)?;
+        if plan.main == MainChange::Unchanged && sources.main != on_disk {
+            plan.main = MainChange::Update(sources.main.clone().unwrap_or_default());
+        }
+        let mut warnings = plan.warnings.clone();
+
+        let mut binaries = Vec::new();
+        for (name, required) in BINARIES {
+            let path = s.source_dir.join(name);
+            match fs::read(&path) {
+                Ok(bytes) => binaries.push((host_join(&s.bin_dir(), name), bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                    warnings.push(format!("{} not found: not installed", path.display()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::MissingBinary { path });
+                }
+                Err(e) => return Err(Error::io("read", path)(e)),
+            }
+        }
+        let runtime_config = self.runtime_config.render(s, plan.mode)?;
+        let spec = match self.spec {
+            Some(generator) => Some(generator.generate(&SpecRequest {
+                host_root: s.host_root.clone(),
+                driver_root: s.driver_root.clone(),
+                dev_root: s.dev_root.clone(),
+                proc_root: s.proc_root.clone(),
+                sys_root: s.sys_root.clone(),
+                nvml_lib: s.nvml_lib.clone(),
+                hook_path: s.hook_path(),
+            })?),
+            None => None,
+        };
+        if plan.mode == RuntimeMode::ShimType {
+            // Checked before anything is written, so a conflict leaves the host untouched.
+            let link = host_join(&s.shim_link_dir, SHIM_BINARY);
+            let real = s.host_root.resolve(&link);
+            let ours = ledger.state().entries.iter().any(|e| e.path == link);
+            if fs::symlink_metadata(&real).is_ok() && !ours {
+                let target = fs::read_link(&real).ok().map(|t| t.to_string_lossy().into_owned());
+                if target.as_deref() != Some(s.shim_path().as_str()) {
+                    return Err(Error::NotOurs {
+                        path: real,
+                        fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
+                    });
+                }
+            }
+        }
+        let links = if s.dev_char_links {
+            let dev = s.host_root.resolve(&host_join(&s.dev_root, "dev"));
+            devchar::plan_links(&devchar::scan(&dev).map_err(Error::io("scan", &dev))?)
+        } else {
+            Vec::new()
+        };
+        Ok(Prepared { containerd, plan, binaries, runtime_config, spec, links, warnings })
+    }
+
+    /// Installs (or converges an existing install). Idempotent: a second run writes nothing and
+    /// restarts nothing.
+    pub fn install(&self) -> Result<InstallReport> {
+        let _lock = self.lock()?;
+        let s = &self.settings;
+        let mut ledger = Ledger::load(&s.host_root, &s.state_dir, self.hook)?;
+        let prepared = self.prepare(&ledger)?;
+        let mut warnings = prepared.warnings;
+        let mut written = Vec::new();
+        fn record(written: &mut Vec<String>, path: &str, change: Change) {
+            if change == Change::Written {
+                written.push(path.to_owned());
+            }
+        }
+
+        ledger.ensure_dir(&s.bin_dir())?;
+        for (path, bytes) in &prepared.binaries {
+            record(&mut written, path, ledger.write_file(path, bytes, 0o755, Role::Binary)?);
+        }
+
+        let config_path = &s.runtime_config;
+        let current = fsx::read_opt(&s.host_root.resolve(config_path))?;
+        let ours = ledger.state().entries.iter().any(|e| &e.path == config_path);
+        if current.is_some() && !ours {
+            ledger.keep(config_path);
+            warnings.push(format!(
+                "{config_path} exists and was not written by the installer: kept as it is (delete it to get the \
+                 installer's)"
+            ));
+        } else if current.is_some() && !current_matches_entry(&ledger, config_path, current.as_deref()) {
+            ledger.keep(config_path);
+            warnings.push(format!("{config_path} was edited since install: kept as it is"));
+        } else {
+            ledger.ensure_dir(parent(config_path))?;
+            record(
+                &mut written,
+                config_path,
+                ledger.write_file(
+                    config_path,
+                    prepared.runtime_config.as_bytes(),
+                    0o644,
+                    Role::RuntimeConfig,
+                )?,
+            );
+        }
+
+        if let Some(spec) = &prepared.spec {
+            ledger.ensure_dir(&s.cdi_dir)?;
+            let path = s.spec_path();
+            record(&mut written, &path, ledger.write_file(&path, spec, 0o644, Role::CdiSpec)?);
+        }
+
+        if !prepared.links.is_empty() {
+            ledger.ensure_dir(&host_join(&s.dev_root, "dev/char"))?;
+        }
+        for link in &prepared.links {
+            let path = host_join(&host_join(&s.dev_root, "dev"), &link.link);
+            match ledger.symlink(&path, &link.target, Role::DevCharLink)? {
+                LinkOutcome::Created => written.push(path),
+                LinkOutcome::Present => {}
+                // udev or systemd made one already: theirs is as good as ours.
+                LinkOutcome::Occupied(_) => {}
+            }
+        }
+
+        if prepared.plan.mode == RuntimeMode::ShimType {
+            ledger.ensure_dir(&s.shim_link_dir)?;
+            let path = host_join(&s.shim_link_dir, SHIM_BINARY);
+            match ledger.symlink(&path, &s.shim_path(), Role::ShimLink)? {
+                LinkOutcome::Created => written.push(path),
+                LinkOutcome::Present => {}
+                LinkOutcome::Occupied(_) => {
+                    return Err(Error::NotOurs {
+                        path: s.host_root.resolve(&path),
+                        fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
+                    });
+                }
+            }
+        }
+
+        // containerd's files: drop-in first, then the import that loads it.
+        let drop_in = s.drop_in_path();
+        let drop_in_current = fsx::read_opt(&s.host_root.resolve(&drop_in))?;
+        let drop_in_changes = drop_in_current.as_deref() != Some(prepared.plan.drop_in.as_bytes());
+        let main_changes = !matches!(prepared.plan.main, MainChange::Unchanged);
+        if drop_in_changes || main_changes {
+            ledger.set_restart_pending(true)?;
+        }
+        ledger.ensure_dir(&s.drop_in_dir)?;
+        record(
+            &mut written,
+            &drop_in,
+            ledger.write_file(&drop_in, prepared.plan.drop_in.as_bytes(), 0o644, Role::DropIn)?,
+        );
+        match &prepared.plan.main {
+            MainChange::Unchanged => ledger.keep(&s.containerd_config),
+            MainChange::Update(text) | MainChange::Create(text) => {
+                ledger.ensure_dir(parent(&s.containerd_config))?;
+                record(
+                    &mut written,
+                    &s.containerd_config,
+                    ledger.write_file(&s.containerd_config, text.as_bytes(), 0o644, Role::ContainerdMain)?,
+                );
+            }
+        }
+        // Leftovers of an earlier install with other settings (another drop-in dir, ...).
+        if ledger.drop_untouched(&mut warnings)? {
+            ledger.set_restart_pending(true)?;
+        }
+
+        let restart = if ledger.state().restart_pending {
+            let restarted = self.containerd.restart()?;
+            if restarted == Restarted::Skipped {
+                warnings.push(
+                    "containerd's configuration changed but --restart-mode is none: restart containerd to load the \
+                     `nvidia` runtime"
+                        .to_owned(),
+                );
+            }
+            ledger.set_restart_pending(false)?;
+            Some(restarted)
+        } else {
+            None
+        };
+        for w in &warnings {
+            tracing::warn!(warning = %w, "install");
+        }
+        Ok(InstallReport {
+            containerd: prepared.containerd,
+            mode: prepared.plan.mode,
+            written,
+            restart,
+            warnings,
+        })
+    }
+
+    /// Removes what install did: restores the original bytes of every file it changed that
+    /// nobody changed since, removes its own files, and restarts containerd if its files changed.
+    pub fn uninstall(&self) -> Result<UninstallReport> {
+        let _lock = self.lock()?;
+        let s = &self.settings;
+        let mut ledger = Ledger::load(&s.host_root, &s.state_dir, self.hook)?;
+        let mut warnings = Vec::new();
+        let drop_in = s.drop_in_path();
+        let main_path = s.containerd_config.clone();
+        let strip = move |text: &str| -> Result<Option<String>> {
+            Ok(containerd::remove_import(&main_path, text, &drop_in)?)
+        };
+        // Write-ahead, like install: a kill after the files changed still owes containerd a restart.
+        let was_pending = ledger.state().restart_pending;
+        if ledger.touches_containerd() {
+            ledger.set_restart_pending(true)?;
+        }
+        let undo = ledger.uninstall(&strip, &mut warnings)?;
+        let restart = if undo.containerd_changed || was_pending {
+            let restarted = self.containerd.restart()?;
+            if restarted == Restarted::Skipped {
+                warnings.push(
+                    "containerd's configuration changed but --restart-mode is none: restart containerd to drop the \
+                     runtime"
+                        .to_owned(),
+                );
+            }
+            Some(restarted)
+        } else {
+            None
+        };
+        ledger.finish()?;
+        for w in &warnings {
+            tracing::warn!(warning = %w, "uninstall");
+        }
+        Ok(UninstallReport {
+            restored: undo.restored,
+            removed: undo.removed,
+            kept: undo.kept,
+            restart,
+            warnings,
+        })
+    }
+}
+
+fn parent(host_path: &str) -> &str {
+    match host_path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &host_path[..i],
+    }
+}
+
+fn current_matches_entry(ledger: &Ledger<'_>, path: &str, current: Option<&[u8]>) -> bool {
+    let hash = current.map(fsx::sha256_hex);
+    ledger.state().entries.iter().any(|e| e.path == path && (hash == e.after || hash == e.before))
+}
+
+/// Reads containerd's main config and the files it imports (transitively, in load order),
+/// skipping `drop_in`.
+pub fn read_sources(
+    root: &HostRoot,
+    main_path: &str,
+    drop_in: &str,
+    containerd: &ContainerdVersion,
+) -> Result<ConfigSources> {
+    let main_real = root.resolve(main_path);
+    let main = match fsx::read_opt(&main_real)? {
+        None => None,
+        Some(bytes) => Some(String::from_utf8(bytes).map_err(|_| {
+            Error::Plan(containerd::PlanError::Parse {
+                path: main_path.to_owned(),
+                message: "not UTF-8 text".into(),
+            })
+        })?),
+    };
+    let mut sources =
+        ConfigSources { main_path: main_path.to_owned(), main: main.clone(), imported: Vec::new() };
+    let mut loaded = vec![main_path.to_owned()];
+    let mut pending: Vec<(String, String)> =
+        main.map(|t| vec![(main_path.to_owned(), t)]).unwrap_or_default();
+    while !pending.is_empty() {
+        let (path, text) = pending.remove(0);
+        for target in containerd::plan::import_targets(&path, &text, containerd)? {
+            let files = match target {
+                containerd::imports::ImportTarget::File(f) => vec![f],
+                containerd::imports::ImportTarget::Glob(pattern) => expand_glob(root, &pattern),
+            };
+            for file in files {
+                if file == drop_in || loaded.contains(&file) {
+                    continue;
+                }
+                loaded.push(file.clone());
+                let real = root.resolve(&file);
+                // containerd fails on a missing plain import; that is the operator's to fix, and
+                // planning around it is still right, so only note it.
+                let Some(bytes) = fsx::read_opt(&real)? else {
+                    tracing::warn!(file = %file, "imported containerd config file does not exist");
+                    continue;
+                };
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                sources.imported.push(containerd::SourceFile { path: file.clone(), text: text.clone() });
+                pending.push((file, text));
+            }
+        }
+    }
+    Ok(sources)
+}
+
+/// Expands an absolute glob pattern on the host, sorted like Go's `filepath.Glob`.
+fn expand_glob(root: &HostRoot, pattern: &str) -> Vec<String> {
+    let mut matches = vec!["/".to_owned()];
+    for component in pattern.split('/').filter(|c| !c.is_empty()) {
+        let mut next = Vec::new();
+        for base in &matches {
+            let has_meta = component.contains(['*', '?', '[']);
+            if !has_meta {
+                let candidate = host_join(base, component);
+                if root.resolve(&candidate).symlink_metadata().is_ok() {
+                    next.push(candidate);
+                }
+                continue;
+            }
+            let Ok(entries) = fs::read_dir(root.resolve(base)) else { continue };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for name in names {
+                if containerd::imports::component_match(component, &name) {
+                    next.push(host_join(base, &name));
+                }
+            }
+        }
+        matches = next;
+    }
+    matches
+}
+
+/// Reads a local file into a string, naming it on failure.
+pub fn read_text(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(Error::io("read", path))
+}

@@ -1,0 +1,71 @@
+//! `/etc/nvinject/config.toml`, rendered from the shim's own configuration type so the installer
+//! can never write a key the shim rejects.
+
+use std::path::PathBuf;
+
+use nvinject_shim::config::Config;
+
+use crate::containerd::RuntimeMode;
+use crate::error::{Error, Result};
+use crate::install::{RuntimeConfigWriter, Settings};
+
+/// Renders the shim's configuration for an install.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShimConfig;
+
+impl RuntimeConfigWriter for ShimConfig {
+    fn render(&self, settings: &Settings, mode: RuntimeMode) -> Result<String> {
+        let mut config = Config::default();
+        let cdi_dir = PathBuf::from(&settings.cdi_dir);
+        if !config.cdi.spec_dirs.contains(&cdi_dir) {
+            config.cdi.spec_dirs.push(cdi_dir);
+        }
+        config.regenerate.sys_root = PathBuf::from(&settings.sys_root);
+        config.regenerate.driver_root = Some(PathBuf::from(&settings.driver_root));
+        config.regenerate.dev_root = Some(PathBuf::from(&settings.dev_root));
+        config.regenerate.hook_path = Some(PathBuf::from(settings.hook_path()));
+        config.regenerate.spec_path = Some(PathBuf::from(settings.spec_path()));
+        config.regenerate.nvml_lib = settings.nvml_lib.as_ref().map(PathBuf::from);
+        let body = toml::to_string(&config).map_err(|e| Error::RuntimeConfig {
+            path: settings.host_root.resolve(&settings.runtime_config),
+            message: e.to_string(),
+        })?;
+        let how = match mode {
+            RuntimeMode::RuntimePath => {
+                "containerd starts the shim through `runtime_path` with runc's options"
+            }
+            RuntimeMode::ShimType => "containerd starts the shim as runtime type io.containerd.nvinject.v2",
+        };
+        let text = format!(
+            "# nvinject runtime configuration, written by nvinject-installer ({how}).\n\
+             # Edits are kept: the installer does not overwrite a file changed since it wrote it, and\n\
+             # uninstall leaves it in place. Keys: see the shim README.\n\n{body}"
+        );
+        // Round-trip through the shim's parser: what we write is what the shim accepts.
+        Config::parse(&text, &settings.host_root.resolve(&settings.runtime_config)).map_err(|e| {
+            Error::RuntimeConfig {
+                path: settings.host_root.resolve(&settings.runtime_config),
+                message: e.to_string(),
+            }
+        })?;
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::HostRoot;
+
+    #[test]
+    fn renders_a_config_the_shim_accepts_with_our_paths() {
+        let mut settings = Settings::defaults(HostRoot::new("/host"), PathBuf::from("/opt/bin"));
+        settings.driver_root = "/run/nvidia/driver".into();
+        let text = ShimConfig.render(&settings, RuntimeMode::RuntimePath).unwrap();
+        let parsed = Config::parse(&text, std::path::Path::new("config.toml")).unwrap();
+        assert_eq!(parsed.regenerate.driver_root, Some(PathBuf::from("/run/nvidia/driver")));
+        assert_eq!(parsed.regenerate.hook_path, Some(PathBuf::from("/usr/local/nvinject/bin/nvinject-hook")));
+        assert_eq!(parsed.regenerate.spec_path, Some(PathBuf::from("/var/run/cdi/nvidia.com-gpu.json")));
+        assert!(parsed.cdi.spec_dirs.contains(&PathBuf::from("/var/run/cdi")));
+    }
+}

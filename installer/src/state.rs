@@ -1,0 +1,626 @@
+//! The installer's ledger: every file, directory and link it wrote on the host, with the hash of
+//! what was there before and of what it wrote, so uninstall can undo exactly its own changes.
+//!
+//! The ledger is written (atomically) *before* each change it describes. A kill between the two
+//! leaves an entry whose `after` hash the file does not have; uninstall and the next install
+//! both handle that, because they decide from the file's current hash, never from the ledger
+//! alone:
+//! - current == after: the file is as we left it; restore the original (or delete it if it did
+//!   not exist before);
+//! - current == before: our change never happened; nothing to undo;
+//! - anything else: someone changed it since; leave their bytes (containerd's main file still
+//!   gets our `imports` entry removed surgically).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fsx::{self, FaultHook};
+use crate::paths::HostRoot;
+
+/// Current state file format.
+const FORMAT: u32 = 1;
+
+/// What an entry is, which decides how uninstall treats a file changed by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// containerd's main config: on conflict our `imports` entry is removed surgically.
+    ContainerdMain,
+    /// Our drop-in: removed on uninstall whatever its content.
+    DropIn,
+    /// A binary in our install directory: ours, removed on uninstall.
+    Binary,
+    /// `/etc/nvinject/config.toml`: kept if an operator edited it.
+    RuntimeConfig,
+    /// The generated CDI spec.
+    CdiSpec,
+    /// `/dev/char/<major>:<minor>` link to an NVIDIA device node.
+    DevCharLink,
+    /// `containerd-shim-nvinject-v2` on containerd's `PATH` (containerd without `runtime_path`).
+    ShimLink,
+    /// A directory we created.
+    Dir,
+}
+
+impl Role {
+    /// Whether an existing file is backed up before we replace it.
+    fn backs_up(self) -> bool {
+        matches!(self, Role::ContainerdMain | Role::RuntimeConfig | Role::CdiSpec)
+    }
+}
+
+/// What kind of file-system object an entry describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A regular file (hashes are SHA-256 of the content).
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (`after` is the link target).
+    Symlink,
+}
+
+/// One change on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Host path (without the host-root prefix).
+    pub path: String,
+    /// File, directory or link.
+    pub kind: Kind,
+    /// What the entry is for.
+    pub role: Role,
+    /// SHA-256 of the content before our first change; `None` if the path did not exist.
+    pub before: Option<String>,
+    /// SHA-256 of what we wrote (link target for links).
+    pub after: Option<String>,
+    /// File name, in the state directory's `backup/`, of the original bytes.
+    pub backup: Option<String>,
+}
+
+impl Entry {
+    /// Whether the file belongs to nvinject outright, so uninstall removes it even if it changed
+    /// since: our drop-in and binaries, and a CDI spec we created (the shim may have regenerated
+    /// it after a driver upgrade).
+    fn owned(&self) -> bool {
+        matches!(self.role, Role::DropIn | Role::Binary)
+            || (self.role == Role::CdiSpec && self.before.is_none())
+    }
+}
+
+/// The whole state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    /// Format version.
+    pub format: u32,
+    /// Changes, in the order they were first made.
+    pub entries: Vec<Entry>,
+    /// containerd's effective config changed and containerd has not been restarted since: a
+    /// run killed after writing the config must still restart it next time.
+    #[serde(default)]
+    pub restart_pending: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State { format: FORMAT, entries: Vec::new(), restart_pending: false }
+    }
+}
+
+/// Whether a write changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The path already had this content.
+    Unchanged,
+    /// The path was created or replaced.
+    Written,
+}
+
+/// Result of placing a symlink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkOutcome {
+    /// Created (or re-pointed from our own earlier target).
+    Created,
+    /// Already pointed at the target.
+    Present,
+    /// Something else is there; left alone.
+    Occupied(String),
+}
+
+/// Removes our `imports` entry from the main config's text (`None`: it has none).
+pub type RemoveImport<'a> = &'a dyn Fn(&str) -> Result<Option<String>>;
+
+/// The ledger, bound to a host root and a state directory.
+pub struct Ledger<'h> {
+    root: HostRoot,
+    dir: PathBuf,
+    dir_host: String,
+    state: State,
+    touched: BTreeSet<String>,
+    hook: &'h FaultHook,
+}
+
+/// What uninstall did, for the report.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Undo {
+    /// Host paths restored to their original bytes.
+    pub restored: Vec<String>,
+    /// Host paths removed.
+    pub removed: Vec<String>,
+    /// Host paths left as they are, with why.
+    pub kept: Vec<(String, String)>,
+    /// Whether containerd's effective configuration changed.
+    pub containerd_changed: bool,
+}
+
+impl<'h> Ledger<'h> {
+    /// Loads the ledger from `<root><state_dir>/state.json` (empty if absent).
+    pub fn load(root: &HostRoot, state_dir: &str, hook: &'h FaultHook) -> Result<Self> {
+        let dir = root.resolve(state_dir);
+        let path = dir.join("state.json");
+        let state = match fsx::read_opt(&path)? {
+            None => State::default(),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| Error::State { path: path.clone(), message: e.to_string() })?,
+        };
+        if state.format != FORMAT {
+            return Err(Error::State {
+                path,
+                message: format!("format {} (expected {FORMAT})", state.format),
+            });
+        }
+        Ok(Ledger {
+            root: root.clone(),
+            dir,
+            dir_host: state_dir.to_owned(),
+            state,
+            touched: BTreeSet::new(),
+            hook,
+        })
+    }
+
+    /// The state as loaded and changed so far.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Whether nothing is recorded (no install present).
+    pub fn is_empty(&self) -> bool {
+        self.state.entries.is_empty()
+    }
+
+    /// Records that containerd needs (or no longer needs) a restart.
+    pub fn set_restart_pending(&mut self, pending: bool) -> Result<()> {
+        if self.state.restart_pending != pending {
+            self.state.restart_pending = pending;
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn save(&mut self) -> Result<()> {
+        fs::create_dir_all(&self.dir).map_err(Error::io("create directory", &self.dir))?;
+        let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
+        bytes.push(b'\n');
+        fsx::write_atomic(&self.dir.join("state.json"), &bytes, 0o600, self.hook)
+    }
+
+    fn entry_index(&self, path: &str) -> Option<usize> {
+        self.state.entries.iter().position(|e| e.path == path)
+    }
+
+    fn upsert(&mut self, entry: Entry) {
+        match self.entry_index(&entry.path) {
+            Some(i) => self.state.entries[i] = entry,
+            None => self.state.entries.push(entry),
+        }
+    }
+
+    /// Marks a recorded path as still wanted by this run (so [`Ledger::drop_untouched`] keeps it).
+    pub fn keep(&mut self, host_path: &str) {
+        self.touched.insert(host_path.to_owned());
+    }
+
+    /// Host paths of drop-ins recorded by earlier installs.
+    pub fn paths_with_role(&self, role: Role) -> Vec<String> {
+        self.state.entries.iter().filter(|e| e.role == role).map(|e| e.path.clone()).collect()
+    }
+
+    /// Creates `host_dir` and missing parents, recording the ones it created.
+    pub fn ensure_dir(&mut self, host_dir: &str) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut cur = Some(PathBuf::from(host_dir));
+        while let Some(d) = cur {
+            if self.root.resolve(&d.to_string_lossy()).exists() {
+                break;
+            }
+            missing.push(d.to_string_lossy().into_owned());
+            cur = d.parent().map(Path::to_path_buf);
+        }
+        missing.reverse();
+        let mut recorded = false;
+        for d in &missing {
+            self.touched.insert(d.clone());
+            if self.entry_index(d).is_none() {
+                self.upsert(Entry {
+                    path: d.clone(),
+                    kind: Kind::Dir,
+                    role: Role::Dir,
+                    before: None,
+                    after: None,
+                    backup: None,
+                });
+                recorded = true;
+            }
+        }
+        if recorded {
+            self.save()?;
+        }
+        fsx::create_dirs(&self.root.resolve(host_dir))?;
+        // Directories recorded earlier and still present stay ours (and touched).
+        let mut cur = Some(PathBuf::from(host_dir));
+        while let Some(d) = cur {
+            let key = d.to_string_lossy().into_owned();
+            if self.entry_index(&key).is_some_and(|i| self.state.entries[i].kind == Kind::Dir) {
+                self.touched.insert(key);
+            }
+            cur = d.parent().map(Path::to_path_buf);
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` to `host_path` atomically, recording the change first. Writes nothing when
+    /// the file already has these bytes.
+    pub fn write_file(&mut self, host_path: &str, bytes: &[u8], mode: u32, role: Role) -> Result<Change> {
+        let real = self.root.resolve(host_path);
+        self.touched.insert(host_path.to_owned());
+        let current = fsx::read_opt(&real)?;
+        let new_hash = fsx::sha256_hex(bytes);
+        if current.as_deref() == Some(bytes) {
+            return Ok(Change::Unchanged);
+        }
+        let current_hash = current.as_deref().map(fsx::sha256_hex);
+        let previous = self.entry_index(host_path).map(|i| self.state.entries[i].clone());
+        let entry = match previous {
+            // The file is as we left it (or our earlier write never landed): keep the original.
+            Some(mut e) if current_hash == e.after || current_hash == e.before => {
+                e.after = Some(new_hash);
+                e
+            }
+            _ => {
+                let backup = match (&current, role.backs_up()) {
+                    (Some(old), true) => Some(self.write_backup(host_path, old)?),
+                    _ => None,
+                };
+                Entry {
+                    path: host_path.to_owned(),
+                    kind: Kind::File,
+                    role,
+                    before: current_hash,
+                    after: Some(new_hash),
+                    backup,
+                }
+            }
+        };
+        self.upsert(entry);
+        self.save()?;
+        fsx::write_atomic(&real, bytes, mode, self.hook)?;
+        Ok(Change::Written)
+    }
+
+    fn write_backup(&self, host_path: &str, bytes: &[u8]) -> Result<String> {
+        let name = fsx::sha256_hex(host_path.as_bytes());
+        let dir = self.dir.join("backup");
+        fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+        fsx::write_atomic(&dir.join(&name), bytes, 0o600, self.hook)?;
+        Ok(name)
+    }
+
+    /// Points `host_path` at `target` unless something else occupies it.
+    pub fn symlink(&mut self, host_path: &str, target: &str, role: Role) -> Result<LinkOutcome> {
+        let real = self.root.resolve(host_path);
+        let ours = self.entry_index(host_path).map(|i| self.state.entries[i].clone());
+        match fs::symlink_metadata(&real) {
+            Ok(meta) => {
+                let current = fs::read_link(&real).ok().map(|p| p.to_string_lossy().into_owned());
+                if current.as_deref() == Some(target) {
+                    if ours.is_some() {
+                        self.touched.insert(host_path.to_owned());
+                    }
+                    return Ok(LinkOutcome::Present);
+                }
+                let is_our_old_link = meta.file_type().is_symlink()
+                    && ours.as_ref().is_some_and(|e| e.after.as_deref() == current.as_deref());
+                if !is_our_old_link {
+                    return Ok(LinkOutcome::Occupied(current.unwrap_or_else(|| "a regular file".to_owned())));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("inspect", &real)(e)),
+        }
+        self.touched.insert(host_path.to_owned());
+        self.upsert(Entry {
+            path: host_path.to_owned(),
+            kind: Kind::Symlink,
+            role,
+            before: None,
+            after: Some(target.to_owned()),
+            backup: None,
+        });
+        self.save()?;
+        let tmp = fsx::temp_path(&real);
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp).map_err(Error::io("create symlink", &tmp))?;
+        self.hook.point("temp written", &real);
+        fs::rename(&tmp, &real).map_err(Error::io("rename into place", &real))?;
+        self.hook.point("renamed", &real);
+        Ok(LinkOutcome::Created)
+    }
+
+    /// Undoes every recorded change that this install run did not touch again (left over from
+    /// an earlier install with other settings). Returns whether containerd's config changed.
+    pub fn drop_untouched(&mut self, warnings: &mut Vec<String>) -> Result<bool> {
+        let stale: Vec<Entry> =
+            self.state.entries.iter().filter(|e| !self.touched.contains(&e.path)).cloned().collect();
+        let mut undo = Undo::default();
+        for entry in stale.iter().rev() {
+            self.undo_entry(entry, None, &mut undo, warnings)?;
+        }
+        Ok(undo.containerd_changed)
+    }
+
+    /// Undoes every recorded change, newest first.
+    ///
+    /// `remove_import` is called with the main file's current text when it changed since we wrote
+    /// it; it returns the text without our `imports` entry (or `None` if it has none).
+    pub fn uninstall(&mut self, remove_import: RemoveImport<'_>, warnings: &mut Vec<String>) -> Result<Undo> {
+        let mut undo = Undo::default();
+        let entries = self.state.entries.clone();
+        for entry in entries.iter().rev() {
+            self.undo_entry(entry, Some(remove_import), &mut undo, warnings)?;
+        }
+        Ok(undo)
+    }
+
+    /// Whether any recorded change is one of containerd's files.
+    pub fn touches_containerd(&self) -> bool {
+        self.state.entries.iter().any(|e| matches!(e.role, Role::ContainerdMain | Role::DropIn))
+    }
+
+    /// After a complete uninstall: removes the state directory (nothing is recorded any more and
+    /// no restart is owed).
+    pub fn finish(&mut self) -> Result<()> {
+        self.set_restart_pending(false)?;
+        if self.state.entries.is_empty() {
+            let state_file = self.dir.join("state.json");
+            let _ = fs::remove_file(fsx::temp_path(&state_file));
+            let _ = fs::remove_file(&state_file);
+            let _ = fs::remove_dir_all(self.dir.join("backup"));
+            let _ = fs::remove_dir(&self.dir);
+            // Parents made for the state directory carry nvinject's name (`/var/lib/nvinject`):
+            // remove them too when empty, never a system directory above.
+            let mut cur = Path::new(&self.dir_host).parent();
+            while let Some(d) = cur {
+                if !d.file_name().is_some_and(|n| n.to_string_lossy().contains("nvinject")) {
+                    break;
+                }
+                if fs::remove_dir(self.root.resolve(&d.to_string_lossy())).is_err() {
+                    break;
+                }
+                cur = d.parent();
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, path: &str) -> Result<()> {
+        if let Some(i) = self.entry_index(path) {
+            let entry = self.state.entries.remove(i);
+            self.save()?;
+            if let Some(name) = entry.backup {
+                let _ = fs::remove_file(self.dir.join("backup").join(name));
+            }
+        }
+        Ok(())
+    }
+
+    fn undo_entry(
+        &mut self,
+        entry: &Entry,
+        remove_import: Option<RemoveImport<'_>>,
+        undo: &mut Undo,
+        warnings: &mut Vec<String>,
+    ) -> Result<()> {
+        let real = self.root.resolve(&entry.path);
+        // A run killed between writing a temp file and renaming it leaves the temp file behind.
+        if entry.kind != Kind::Dir {
+            let _ = fs::remove_file(fsx::temp_path(&real));
+        }
+        let containerd_file = matches!(entry.role, Role::ContainerdMain | Role::DropIn);
+        match entry.kind {
+            Kind::Dir => {
+                // Only an empty directory goes: something else may have been put there.
+                if fs::remove_dir(&real).is_ok() {
+                    undo.removed.push(entry.path.clone());
+                } else if real.exists() {
+                    undo.kept.push((entry.path.clone(), "not empty".to_owned()));
+                }
+            }
+            Kind::Symlink => {
+                let current = fs::read_link(&real).ok().map(|p| p.to_string_lossy().into_owned());
+                if current.is_some() && current == entry.after {
+                    fsx::remove_file(&real, self.hook)?;
+                    undo.removed.push(entry.path.clone());
+                } else if current.is_some() {
+                    undo.kept.push((entry.path.clone(), "points elsewhere now".to_owned()));
+                }
+            }
+            Kind::File => {
+                let current = fsx::read_opt(&real)?;
+                let current_hash = current.as_deref().map(fsx::sha256_hex);
+                if current_hash.is_none() {
+                    // Already gone (or our write never landed).
+                } else if current_hash == entry.after || entry.owned() {
+                    match &entry.backup {
+                        Some(name) => {
+                            let path = self.dir.join("backup").join(name);
+                            let original = fs::read(&path).map_err(Error::io("read backup", &path))?;
+                            fsx::write_atomic(&real, &original, 0o644, self.hook)?;
+                            undo.restored.push(entry.path.clone());
+                        }
+                        None if entry.before.is_some() && !entry.owned() => {
+                            undo.kept.push((entry.path.clone(), "no backup of the original".to_owned()));
+                        }
+                        None => {
+                            fsx::remove_file(&real, self.hook)?;
+                            undo.removed.push(entry.path.clone());
+                        }
+                    }
+                    undo.containerd_changed |= containerd_file;
+                } else if current_hash == entry.before {
+                    // Our change never landed.
+                } else if entry.role == Role::ContainerdMain {
+                    let text = String::from_utf8_lossy(current.as_deref().unwrap_or_default()).into_owned();
+                    match remove_import.map(|f| f(&text)).transpose()?.flatten() {
+                        Some(new_text) => {
+                            fsx::write_atomic(&real, new_text.as_bytes(), 0o644, self.hook)?;
+                            undo.containerd_changed = true;
+                            warnings.push(format!(
+                                "{}: changed since install, so only nvinject's `imports` entry was removed \
+                                 (the rest is as it is now)",
+                                entry.path
+                            ));
+                        }
+                        None => undo.kept.push((entry.path.clone(), "changed since install".to_owned())),
+                    }
+                } else {
+                    warnings.push(format!("{}: changed since install; left as it is", entry.path));
+                    undo.kept.push((entry.path.clone(), "changed since install".to_owned()));
+                }
+            }
+        }
+        self.forget(&entry.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, HostRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        (dir, root)
+    }
+
+    fn no_import(_: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    #[test]
+    fn modified_file_is_restored_byte_for_byte() {
+        let (dir, root) = setup();
+        fs::create_dir_all(dir.path().join("etc")).unwrap();
+        fs::write(dir.path().join("etc/a.toml"), "original # comment\n").unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject", &hook).unwrap();
+        assert_eq!(
+            ledger.write_file("/etc/a.toml", b"changed", 0o644, Role::ContainerdMain).unwrap(),
+            Change::Written
+        );
+        assert_eq!(
+            ledger.write_file("/etc/a.toml", b"changed", 0o644, Role::ContainerdMain).unwrap(),
+            Change::Unchanged
+        );
+        drop(ledger);
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject", &hook).unwrap();
+        let undo = ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        assert_eq!(undo.restored, vec!["/etc/a.toml".to_owned()]);
+        assert_eq!(fs::read_to_string(dir.path().join("etc/a.toml")).unwrap(), "original # comment\n");
+        assert!(!dir.path().join("var/lib/nvinject").exists(), "state dir left behind");
+    }
+
+    #[test]
+    fn rewriting_keeps_the_first_original() {
+        let (dir, root) = setup();
+        fs::write(dir.path().join("a"), "v0").unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.write_file("/a", b"v1", 0o644, Role::CdiSpec).unwrap();
+        ledger.write_file("/a", b"v2", 0o644, Role::CdiSpec).unwrap();
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert_eq!(fs::read_to_string(dir.path().join("a")).unwrap(), "v0");
+    }
+
+    #[test]
+    fn a_file_changed_by_someone_else_is_kept() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.write_file("/config.toml", b"ours", 0o644, Role::RuntimeConfig).unwrap();
+        fs::write(dir.path().join("config.toml"), "operator's").unwrap();
+        let mut warnings = Vec::new();
+        let undo = ledger.uninstall(&no_import, &mut warnings).unwrap();
+        assert_eq!(fs::read_to_string(dir.path().join("config.toml")).unwrap(), "operator's");
+        assert_eq!(undo.kept.len(), 1);
+        assert!(warnings[0].contains("changed since install"));
+    }
+
+    #[test]
+    fn main_config_changed_since_gets_only_our_import_removed() {
+        let (dir, root) = setup();
+        fs::write(dir.path().join("c.toml"), "a = 1\n").unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.write_file("/c.toml", b"a = 1\nimports = [\"/d\"]\n", 0o644, Role::ContainerdMain).unwrap();
+        fs::write(dir.path().join("c.toml"), "a = 2\nimports = [\"/d\"]\n").unwrap();
+        let strip =
+            |text: &str| -> Result<Option<String>> { Ok(Some(text.replace("imports = [\"/d\"]\n", ""))) };
+        let mut warnings = Vec::new();
+        let undo = ledger.uninstall(&strip, &mut warnings).unwrap();
+        assert!(undo.containerd_changed);
+        assert_eq!(fs::read_to_string(dir.path().join("c.toml")).unwrap(), "a = 2\n");
+    }
+
+    #[test]
+    fn created_dirs_and_links_are_removed_but_foreign_content_stays() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.ensure_dir("/etc/containerd/conf.d").unwrap();
+        ledger.write_file("/etc/containerd/conf.d/99.toml", b"x", 0o644, Role::DropIn).unwrap();
+        assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Created);
+        assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Present);
+        fs::write(dir.path().join("etc/foreign"), "keep").unwrap();
+        assert!(matches!(
+            ledger.symlink("/etc/foreign", "/t", Role::ShimLink).unwrap(),
+            LinkOutcome::Occupied(_)
+        ));
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert!(!dir.path().join("etc/containerd").exists());
+        assert!(!dir.path().join("etc/link").exists());
+        assert_eq!(fs::read_to_string(dir.path().join("etc/foreign")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn entries_not_touched_by_a_new_install_are_undone() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.write_file("/old-drop-in.toml", b"x", 0o644, Role::DropIn).unwrap();
+        drop(ledger);
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.write_file("/new-drop-in.toml", b"x", 0o644, Role::DropIn).unwrap();
+        assert!(ledger.drop_untouched(&mut Vec::new()).unwrap());
+        assert!(!dir.path().join("old-drop-in.toml").exists());
+        assert!(dir.path().join("new-drop-in.toml").exists());
+        assert_eq!(ledger.state().entries.len(), 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! A real kubelet (1.20.2, built from Debian 12's source package by `integration/kubelet/build-kubelet.sh`
+//! and cached) running standalone on a test node: static pods from a manifest dir, containerd's CRI as
+//! its runtime, no API server. Used inside an isolated test ([`crate::namespace::isolated`]), so its
+//! hard-coded host paths and sysctls are shadowed by test directories and the host is untouched.
+//!
+//! [`kubelet_artifacts`] builds or finds the kubelet and the pause image; [`PreparedNode`] and
+//! [`KubeNode`] bring up containerd, the kubelet and other daemons and take them down by PID.
+
+pub mod cgroup;
+pub mod config;
+pub mod cri;
+pub mod daemon;
+pub mod node;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+pub use config::{KubeletSettings, PodContainer, StaticPod};
+pub use node::{KubeNode, NodeDirs, NodeOptions, PreparedNode, RunningContainer, ShutdownReport, wait_for};
+
+use crate::error::HarnessError;
+use crate::namespace::NsError;
+
+/// What went wrong on a test node.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// A file-system operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A command could not be run, or failed.
+    #[error("{command}: {detail}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// How it failed.
+        detail: String,
+    },
+    /// The kubelet build script failed.
+    #[error(
+        "building the kubelet with {} failed ({status}); its last lines:\n{log}\n\
+         It needs apt-get, dpkg-dev, python3-venv, gcc, libc6-dev and network access to Debian's archive and PyPI",
+        script.display()
+    )]
+    Build {
+        /// The script.
+        script: PathBuf,
+        /// Its exit status.
+        status: String,
+        /// The end of its output.
+        log: String,
+    },
+    /// A CRI call failed.
+    #[error("CRI {call} on {}: {detail}", socket.display())]
+    Cri {
+        /// The RPC.
+        call: &'static str,
+        /// The runtime's socket.
+        socket: PathBuf,
+        /// The status or transport error.
+        detail: String,
+    },
+    /// A daemon exited while it was being waited on.
+    #[error("{daemon} exited ({status}); its log ends with:\n{log}")]
+    Exited {
+        /// Which daemon.
+        daemon: String,
+        /// Its exit status.
+        status: String,
+        /// The end of its log.
+        log: String,
+    },
+    /// Something did not happen in time.
+    #[error("timed out after {waited:?} waiting for {what}{}", if detail.is_empty() { String::new() } else { format!(" (last error: {detail})") })]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// For how long.
+        waited: Duration,
+        /// The last error seen while polling, if any.
+        detail: String,
+    },
+    /// Setting up the namespace failed.
+    #[error(transparent)]
+    Ns(#[from] NsError),
+    /// The containerd harness failed.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+    /// Another error, with a daemon's log or other context appended.
+    #[error("{source}\n--- {context}")]
+    WithContext {
+        /// The error.
+        source: Box<KubeletError>,
+        /// The added context.
+        context: String,
+    },
+}
+
+impl KubeletError {
+    /// Appends `context` (a log tail) to the error.
+    pub fn with_context(self, context: String) -> Self {
+        KubeletError::WithContext { source: Box::new(self), context }
+    }
+
+    /// Appends the end of `daemon`'s log, unless the error already carries it.
+    pub fn with_log(self, daemon: &daemon::Daemon) -> Self {
+        match self {
+            e @ KubeletError::Exited { .. } => e,
+            e => e.with_context(format!(
+                "{} log ({}):\n{}",
+                daemon.name(),
+                daemon.log().display(),
+                daemon.log_tail(25)
+            )),
+        }
+    }
+}
+
+/// The kubelet and the pause image, as built by `integration/kubelet/build-kubelet.sh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletArtifacts {
+    /// The kubelet binary.
+    pub kubelet: PathBuf,
+    /// The pause image's OCI archive.
+    pub pause_tar: PathBuf,
+    /// The pause image's name (`localhost/nvinject/pause:3.4`).
+    pub pause_image: String,
+    /// The build stamp's `key=value` lines (versions, build time, peak memory).
+    pub stamp: Vec<(String, String)>,
+}
+
+/// The build script, in this crate's source tree.
+pub fn build_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kubelet/build-kubelet.sh")
+}
+
+/// Builds the kubelet and pause image, or reuses the cached ones (the script decides; a cache hit costs a
+/// few milliseconds, a build about four minutes on two cores). Fails with the script's output when it
+/// cannot: a missing prerequisite is an error, not a skip.
+pub fn kubelet_artifacts() -> Result<KubeletArtifacts, KubeletError> {
+    let script = build_script();
+    let out = Command::new("bash").arg(&script).output().map_err(|e| KubeletError::Command {
+        command: format!("bash {}", script.display()),
+        detail: e.to_string(),
+    })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let tail: Vec<&str> = stderr.lines().collect();
+        return Err(KubeletError::Build {
+            script,
+            status: out.status.to_string(),
+            log: tail[tail.len().saturating_sub(30)..].join("\n"),
+        });
+    }
+    for line in stderr.lines().filter(|l| l.starts_with("build-kubelet:")) {
+        tracing::info!(script = %script.display(), "{line}");
+    }
+    let kubelet = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dir = kubelet.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let stamp_path = dir.join("kubelet.stamp");
+    let stamp_text = std::fs::read_to_string(&stamp_path).map_err(|source| KubeletError::Io {
+        op: "read",
+        path: stamp_path.clone(),
+        source,
+    })?;
+    let stamp = parse_stamp(&stamp_text);
+    let pause_image =
+        stamp.iter().find(|(k, _)| k == "pause-image").map(|(_, v)| v.clone()).ok_or_else(|| {
+            KubeletError::Command {
+                command: stamp_path.display().to_string(),
+                detail: "no pause-image line".into(),
+            }
+        })?;
+    Ok(KubeletArtifacts { kubelet, pause_tar: dir.join("pause.tar"), pause_image, stamp })
+}
+
+/// Parses the stamp's `key=value` lines.
+pub fn parse_stamp(text: &str) -> Vec<(String, String)> {
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_lines_become_pairs_and_values_keep_equals_signs() {
+        let s = parse_stamp("kubelet-version=v1.20.2\nsource=kubernetes 1.20.5 from x=y\nnot a pair\n");
+        assert_eq!(
+            s,
+            [
+                ("kubelet-version".to_owned(), "v1.20.2".to_owned()),
+                ("source".to_owned(), "kubernetes 1.20.5 from x=y".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_build_script_is_where_the_harness_looks() {
+        assert!(build_script().is_file(), "{} missing", build_script().display());
+    }
+}

@@ -1,0 +1,159 @@
+//! Running commands, finding processes by what they were started with, and stopping them by PID.
+//!
+//! Tests only ever stop processes they can attribute to themselves: a PID they spawned, or a process
+//! whose command line names one of their private directories or sockets (the shims their private
+//! containerd started). Never by program name.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::error::{HarnessError, Result};
+
+/// Runs `cmd` to completion; fails with its stderr when it exits non-zero.
+pub fn run(cmd: &mut Command) -> Result<Output> {
+    let output = output(cmd)?;
+    if !output.status.success() {
+        return Err(command_error(cmd, &output));
+    }
+    Ok(output)
+}
+
+/// Runs `cmd` to completion and returns its output whatever the exit status.
+pub fn output(cmd: &mut Command) -> Result<Output> {
+    cmd.output().map_err(|e| HarnessError::Command {
+        command: describe(cmd),
+        status: "not started".into(),
+        output: e.to_string(),
+    })
+}
+
+/// The error for a command that ran and failed.
+pub fn command_error(cmd: &Command, output: &Output) -> HarnessError {
+    HarnessError::Command {
+        command: describe(cmd),
+        status: output.status.to_string(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stderr).trim(),
+            if output.stdout.is_empty() { String::new() } else { format!(" | stdout: {}", String::from_utf8_lossy(&output.stdout).trim()) }
+        ),
+    }
+}
+
+/// A command line as text, for messages.
+pub fn describe(cmd: &Command) -> String {
+    let mut parts = vec![cmd.get_program().to_string_lossy().into_owned()];
+    parts.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    parts.join(" ")
+}
+
+/// A running process as seen in /proc.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Its PID.
+    pub pid: i32,
+    /// Its parent's PID.
+    pub ppid: i32,
+    /// argv, NUL-separated in /proc, here split.
+    pub argv: Vec<String>,
+    /// Resident set size in KiB (VmRSS).
+    pub rss_kib: u64,
+}
+
+/// Every live process whose command line contains `needle` (zombies and kernel threads excluded).
+pub fn find_processes(needle: &str) -> Vec<ProcessInfo> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if raw.is_empty() {
+            continue;
+        }
+        let argv: Vec<String> =
+            raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if !argv.iter().any(|a| a.contains(needle)) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().split_whitespace().next().unwrap_or("").to_owned())
+        };
+        if field("State:").is_some_and(|s| s == "Z") {
+            continue;
+        }
+        found.push(ProcessInfo {
+            pid,
+            ppid: field("PPid:").and_then(|v| v.parse().ok()).unwrap_or(0),
+            argv,
+            rss_kib: field("VmRSS:").and_then(|v| v.parse().ok()).unwrap_or(0),
+        });
+    }
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// Whether `pid` is alive (and not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => !status.lines().any(|l| l.starts_with("State:") && l.contains('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Sends SIGTERM to `pid`, waits up to `grace`, then SIGKILL. Returns when it is gone.
+pub fn stop_pid(pid: i32, grace: Duration) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if !alive(pid) {
+        return;
+    }
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(pid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or fails after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(HarnessError::Timeout { what: what.to_owned(), seconds: timeout.as_secs() });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Fails unless running as root (the real-parts tests need it; CI runs as root).
+pub fn require_root() -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(HarnessError::Prerequisite("these tests start containerd and runc and must run as root".into()))
+    }
+}
+
+/// Fails unless `program` exists.
+pub fn require_file(program: &Path, hint: &str) -> Result<()> {
+    if program.exists() {
+        Ok(())
+    } else {
+        Err(HarnessError::Prerequisite(format!("{} not found: {hint}", program.display())))
+    }
+}

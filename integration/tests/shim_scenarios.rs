@@ -1,0 +1,337 @@
+//! Issue 4's scenarios on real parts: a private containerd 1.6 and runc from Debian, our shim and
+//! hook as containerd runs them, the probe reporting from inside each container, on the simulated
+//! 8-GPU node (and the MIG preset for scenario 5). Needs root (CI runs as root).
+//!
+//! The tests run one at a time (they share two CPU cores and the host's `/run/containerd/s`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nvinject_integration::cri::{ContainerRequest, CriClient};
+use nvinject_integration::node::{GpuNode, NodeOptions, RUNC_RUNTIME, RunOptions, parse_report, report_devices};
+use nvinject_integration::{image, mounts, process};
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn node(preset: &str) -> GpuNode {
+    GpuNode::start(&NodeOptions { preset: preset.into(), ..Default::default() }).unwrap_or_else(|e| panic!("node setup: {e}"))
+}
+
+/// GPU device nodes (`/dev/nvidiaN`) the container has, with what open() said.
+fn gpu_nodes(report: &Value) -> Vec<(String, String)> {
+    report_devices(report)
+        .into_iter()
+        .filter(|(p, _)| p.strip_prefix("/dev/nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        .map(|(p, (open, _))| (p, open))
+        .collect()
+}
+
+fn smi_lines(report: &Value) -> Vec<String> {
+    report["nvidia_smi"]["lines"].as_array().into_iter().flatten().filter_map(|l| l.as_str().map(str::to_owned)).collect()
+}
+
+fn ldconfig_has(report: &Value, lib: &str) -> bool {
+    report["ldconfig"]["lines"].as_array().into_iter().flatten().any(|l| l.as_str().is_some_and(|s| s.contains(lib)))
+}
+
+fn create_line(node: &GpuNode, id: &str) -> Value {
+    let lines: Vec<Value> =
+        node.shim_log_for(id).into_iter().filter(|l| l["message"] == "container create").collect();
+    assert_eq!(lines.len(), 1, "exactly one log line per container: {lines:?}");
+    lines[0].clone()
+}
+
+fn annotation(value: &str) -> Vec<(String, String)> {
+    vec![("cdi.k8s.io/test".into(), value.into())]
+}
+
+fn assert_no_leftovers(node: &GpuNode) {
+    // Shims (runc's and our proxies) exit asynchronously after the container is deleted.
+    let state = node.containerd.state.to_string_lossy().into_owned();
+    let socket = node.containerd.socket.to_string_lossy().into_owned();
+    let gone = process::wait_for("shims of finished containers to exit", Duration::from_secs(10), || {
+        let procs = node.containerd.shim_processes();
+        procs.is_empty().then_some(())
+    });
+    assert!(gone.is_ok(), "shim processes left: {:?}", node.containerd.shim_processes());
+    assert!(process::find_processes(&format!("--bundle {state}")).is_empty());
+    assert!(mounts::mounts_under(&node.containerd.state).is_empty(), "mounts left under {state}");
+    let tasks = process::run(node.containerd.ctr().args(["tasks", "list", "-q"])).unwrap();
+    assert!(String::from_utf8_lossy(&tasks.stdout).trim().is_empty(), "tasks left on {socket}");
+    let containers = process::run(node.containerd.ctr().args(["containers", "list", "-q"])).unwrap();
+    assert!(String::from_utf8_lossy(&containers.stdout).trim().is_empty(), "containers left");
+}
+
+#[test]
+fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
+    let _s = serial();
+    let node = node("h100x8");
+    let run = node.run("s1", &RunOptions { annotations: annotation("nvidia.com/gpu=1"), ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let report = run.report();
+
+    // Exactly GPU 1, allowed by the device cgroup (ENXIO: allowed, no driver behind it).
+    assert_eq!(gpu_nodes(report), [("/dev/nvidia1".to_owned(), "ENXIO".to_owned())]);
+    let devices = report_devices(report);
+    for control in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
+        assert_eq!(devices.get(control).map(|d| d.0.as_str()), Some("ENXIO"), "{control}: {devices:?}");
+    }
+    // The libraries are there and in the updated ld cache; NVML loads by SONAME.
+    for lib in ["libnvidia-ml.so.1", "libcuda.so.1"] {
+        assert!(ldconfig_has(report, lib), "{lib} not in ldconfig -p: {}", report["ldconfig"]);
+    }
+    assert!(report["ld_so_conf_d"].as_array().unwrap().iter().any(|n| n == "00-nvinject.conf"));
+    assert_eq!(report["nvml"]["dlopen"], "ok", "{}", report["nvml"]);
+    // The nvidia-smi stand-in inside lists exactly GPU 1.
+    let smi = smi_lines(report);
+    assert_eq!(smi.len(), 1, "{smi:?}");
+    assert!(smi[0].contains(&node.gpu_uuid(1)), "{smi:?}");
+
+    let line = create_line(&node, "s1");
+    assert_eq!(line["requested"], "nvidia.com/gpu=1");
+    assert_eq!(line["injected"], "nvidia.com/gpu=1");
+    assert!(line["source"].as_str().unwrap().starts_with("annotations"), "{line}");
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s2_env_requests_are_honoured_for_privileged_containers_only() {
+    let _s = serial();
+    let node = node("h100x8");
+    let env = vec![("NVIDIA_VISIBLE_DEVICES".to_owned(), "2".to_owned())];
+    let privileged = node.run("s2-priv", &RunOptions { env: env.clone(), privileged: true, ..Default::default() }).unwrap();
+    assert_eq!(privileged.status, 0, "{}", privileged.stderr);
+    assert_eq!(gpu_nodes(privileged.report()), [("/dev/nvidia2".to_owned(), "ENXIO".to_owned())]);
+    // The spec's common edits replace the request with `void`, as NVIDIA's specs do, so no other
+    // layer (a legacy hook) acts on it again.
+    assert_eq!(privileged.report()["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
+    assert_eq!(create_line(&node, "s2-priv")["source"], "NVIDIA_VISIBLE_DEVICES");
+
+    let plain = node.run("s2-unpriv", &RunOptions { env, ..Default::default() }).unwrap();
+    assert_eq!(plain.status, 0, "{}", plain.stderr);
+    assert!(gpu_nodes(plain.report()).is_empty(), "{:?}", gpu_nodes(plain.report()));
+    assert!(smi_lines(plain.report()).is_empty());
+    let line = create_line(&node, "s2-unpriv");
+    assert_eq!(line["injected"], "");
+    assert!(line["ignored"].as_str().unwrap().contains("not privileged"), "{line}");
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s3_volume_mount_requests_name_devices_by_uuid() {
+    let _s = serial();
+    let node = node("h100x8");
+    let uuid = node.gpu_uuid(3);
+    let mount = format!("type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/{uuid},options=rbind:ro");
+    let run = node.run("s3", &RunOptions { mounts: vec![mount], ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert_eq!(gpu_nodes(run.report()), [("/dev/nvidia3".to_owned(), "ENXIO".to_owned())]);
+    let smi = smi_lines(run.report());
+    assert!(smi.len() == 1 && smi[0].contains(&uuid), "{smi:?}");
+    assert_eq!(create_line(&node, "s3")["source"], "volume-mounts");
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s4_all_gives_every_gpu() {
+    let _s = serial();
+    let node = node("h100x8");
+    let run = node.run("s4", &RunOptions { annotations: annotation("nvidia.com/gpu=all"), ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let gpus = gpu_nodes(run.report());
+    assert_eq!(gpus.len(), 8, "{gpus:?}");
+    assert!(gpus.iter().all(|(_, open)| open == "ENXIO"), "{gpus:?}");
+    let smi = smi_lines(run.report());
+    assert_eq!(smi.len(), 8, "{smi:?}");
+    for i in 0..8 {
+        assert!(smi.iter().any(|l| l.contains(&node.gpu_uuid(i))), "GPU {i} missing from {smi:?}");
+    }
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s5_a_mig_device_brings_its_parent_gpu_and_capability_nodes() {
+    let _s = serial();
+    let node = node("a100-mig");
+    // GPU 0 is in MIG mode; ask for its MIG device 1 by index name.
+    let run = node.run("s5", &RunOptions { annotations: annotation("nvidia.com/gpu=0:1"), ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let report = run.report();
+    assert_eq!(gpu_nodes(report), [("/dev/nvidia0".to_owned(), "ENXIO".to_owned())], "the parent GPU only");
+    let caps: Vec<String> = report_devices(report).into_keys().filter(|p| p.starts_with("/dev/nvidia-caps/")).collect();
+    assert_eq!(caps.len(), 2, "one GI and one CI capability node: {caps:?}");
+    let smi = smi_lines(report);
+    assert!(smi.iter().any(|l| l.contains("MIG-")), "nvidia-smi shows the MIG device: {smi:?}");
+    let line = create_line(&node, "s5");
+    assert_eq!(line["injected"], "nvidia.com/gpu=0:1");
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
+    let _s = serial();
+    let node = node("h100x8");
+    let spec_before = std::fs::read(&node.spec_path).unwrap();
+    let run = node.run("s6", &RunOptions { annotations: annotation("nvidia.com/gpu=9"), ..Default::default() }).unwrap();
+    assert_ne!(run.status, 0);
+    // ctr shows the device, the specs searched and the spec dirs.
+    for needle in ["nvidia.com/gpu=9", "no device `9`", &node.cdi_dir.to_string_lossy(), "nvinject"] {
+        assert!(run.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", run.stderr);
+    }
+    assert!(run.report.is_none());
+    assert_no_leftovers(&node);
+    // No half-written files: the spec dir holds exactly the spec, unchanged; no bundle survives.
+    let names: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [node.spec_path.file_name().unwrap()]);
+    assert_eq!(std::fs::read(&node.spec_path).unwrap(), spec_before);
+    let bundles = node.containerd.state.join("io.containerd.runtime.v2.task").join(&node.containerd.namespace);
+    assert!(std::fs::read_dir(&bundles).map(|d| d.count()).unwrap_or(0) == 0, "bundle left in {}", bundles.display());
+    let line = node.shim_log_for("s6");
+    assert!(line.iter().any(|l| l["message"] == "container create refused"), "{line:?}");
+
+    // A broken spec file of another vendor does not break ours, and a malformed one of ours is named.
+    std::fs::write(node.cdi_dir.join("other-vendor.yaml"), "cdiVersion: 0.5.0\nkind: other.com/x\ndevices: [oops\n").unwrap();
+    let ok = node.run("s6-other", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() }).unwrap();
+    assert_eq!(ok.status, 0, "{}", ok.stderr);
+    std::fs::write(&node.spec_path, b"{ \"cdiVersion\": \"0.6.0\", \"kind\": \"nvidia.com/gpu\", \"devices\": 7 }").unwrap();
+    let bad = node.run("s6-bad", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() }).unwrap();
+    assert_ne!(bad.status, 0);
+    assert!(bad.stderr.contains("nvidia.com-gpu.json"), "the malformed spec is named: {}", bad.stderr);
+    assert_no_leftovers(&node);
+}
+
+#[test]
+fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
+    let _s = serial();
+    let node = node("h100x8");
+    let ours = node.run("s8-ours", &RunOptions::default()).unwrap();
+    let runc = node.run("s8-runc", &RunOptions { runtime: RUNC_RUNTIME.into(), ..Default::default() }).unwrap();
+    assert_eq!((ours.status, runc.status), (0, 0), "{} / {}", ours.stderr, runc.stderr);
+    let (a, b) = (ours.report(), runc.report());
+    assert_eq!(a["devices"], b["devices"]);
+    assert_eq!(a["environ"], b["environ"]);
+    assert_eq!(a["ldconfig"], b["ldconfig"]);
+    assert_eq!(a["ld_so_conf_d"], b["ld_so_conf_d"]);
+    assert_eq!(a["nvml"], b["nvml"]);
+    let targets = |r: &Value| -> Vec<String> {
+        r["mounts"].as_array().unwrap().iter().map(|m| m["target"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(targets(a), targets(b));
+    let line = create_line(&node, "s8-ours");
+    assert_eq!(line["wrote"], false, "config.json must not be rewritten: {line}");
+    assert_no_leftovers(&node);
+}
+
+/// Scenario 7: a CRI pod (runtime handler `nvidia`) with two containers asking for different GPUs,
+/// both served by one proxy, the sandbox untouched; then a Create sent straight to the proxy's
+/// socket over ttrpc, without any `start`, as containerd 2.x sends every container after the first.
+#[test]
+fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
+    let _s = serial();
+    let node = GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let mut cri = CriClient::connect(&node.containerd.socket).unwrap();
+    let parent = node.containerd.cgroup_parent();
+    let pod = cri.run_pod("gpupod", "nvidia", &node.base().join("pod-logs"), &parent, HashMap::new()).unwrap_or_else(|e| {
+        panic!("{e}\ncontainerd log:\n{}", node.containerd.log_tail(40))
+    });
+    let mut ids = Vec::new();
+    for (name, gpu) in [("first", 1), ("second", 2)] {
+        let req = ContainerRequest {
+            name: name.into(),
+            image: nvinject_integration::node::PROBE_IMAGE.into(),
+            command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+            annotations: HashMap::from([("cdi.k8s.io/nvinject-device-plugin_x".to_owned(), format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)))]),
+            ..Default::default()
+        };
+        let id = cri.create_container(&pod, &req).unwrap_or_else(|e| panic!("{e}\n{}", node.containerd.log_tail(40)));
+        cri.start_container(&id).unwrap();
+        assert_eq!(cri.wait_exited(&id, Duration::from_secs(60)).unwrap(), 0);
+        let report = parse_report(&cri.logs(&pod, name)).unwrap_or_else(|| panic!("no report in {}", cri.logs(&pod, name)));
+        assert_eq!(gpu_nodes(&report), [(format!("/dev/nvidia{gpu}"), "ENXIO".to_owned())], "{name}");
+        let smi = smi_lines(&report);
+        assert!(smi.len() == 1 && smi[0].contains(&node.gpu_uuid(gpu)), "{name}: {smi:?}");
+        ids.push(id);
+    }
+    // One proxy serves the whole pod.
+    let proxies: Vec<_> =
+        node.containerd.shim_processes().into_iter().filter(|p| p.argv.iter().any(|a| a == "proxy")).collect();
+    assert_eq!(proxies.len(), 1, "{proxies:?}");
+    let proxy_socket = proxies[0].argv.iter().skip_while(|a| *a != "--listen").nth(1).cloned().unwrap();
+    // The sandbox was left alone.
+    let sandbox_line = node.shim_log_for(&pod.id);
+    assert!(sandbox_line.iter().any(|l| l["source"] == "sandbox" && l["wrote"] == false), "{sandbox_line:?}");
+    let sandbox_bundle = node.containerd.state.join("io.containerd.runtime.v2.task/k8s.io").join(&pod.id);
+    let sandbox_spec: Value = serde_json::from_slice(&std::fs::read(sandbox_bundle.join("config.json")).unwrap()).unwrap();
+    assert!(!sandbox_spec.to_string().contains("/dev/nvidia"), "the sandbox must get no GPU");
+
+    direct_ttrpc_create(&node, &proxy_socket, &sandbox_spec);
+
+    cri.remove_pod(&pod).unwrap();
+    let gone = process::wait_for("the pod's shims to exit", Duration::from_secs(15), || {
+        node.containerd.shim_processes().is_empty().then_some(())
+    });
+    assert!(gone.is_ok(), "left: {:?}", node.containerd.shim_processes());
+}
+
+/// Creates, starts and waits for a container through the proxy's ttrpc socket directly.
+fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value) {
+    use containerd_shim_protos::api::{CreateTaskRequest, DeleteRequest, StartRequest, WaitRequest};
+    use protobuf::Message;
+
+    let id = "direct-ttrpc";
+    let bundle = node.base().join("direct-bundle");
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let spec = image::ImageSpec {
+        name: "direct".into(),
+        programs: vec![nvinject_simnode::artifacts::artifact("nvinject-integration", "nvinject-probe")],
+        cmd: vec![],
+        env: vec![],
+    };
+    image::assemble_root(&spec, &rootfs).unwrap();
+    let mut config = sandbox_spec.clone();
+    config["root"] = serde_json::json!({"path": rootfs, "readonly": false});
+    config["process"]["args"] = serde_json::json!([nvinject_integration::node::PROBE_PATH, "report"]);
+    config["process"]["terminal"] = Value::Bool(false);
+    let annotations = config["annotations"].as_object_mut().unwrap();
+    annotations.insert("io.kubernetes.cri.container-type".into(), "container".into());
+    annotations.insert("cdi.k8s.io/direct".into(), "nvidia.com/gpu=5".into());
+    config["linux"]["cgroupsPath"] = Value::String(format!("{}/{id}", node.containerd.cgroup_parent()));
+    std::fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let out = node.base().join("direct.out");
+
+    let client = ttrpc::Client::connect(proxy_socket).unwrap();
+    let call = |method: &str, payload: Vec<u8>| -> Vec<u8> {
+        let req = ttrpc::proto::Request {
+            service: "containerd.task.v2.Task".into(),
+            method: method.into(),
+            payload,
+            timeout_nano: Duration::from_secs(60).as_nanos() as i64,
+            ..Default::default()
+        };
+        client.request(req).unwrap_or_else(|e| panic!("{method}: {e}")).payload
+    };
+    let create = CreateTaskRequest {
+        id: id.into(),
+        bundle: bundle.to_string_lossy().into_owned(),
+        stdout: format!("file://{}", out.display()),
+        stderr: format!("file://{}", out.display()),
+        ..Default::default()
+    };
+    call("Create", create.write_to_bytes().unwrap());
+    call("Start", StartRequest { id: id.into(), ..Default::default() }.write_to_bytes().unwrap());
+    call("Wait", WaitRequest { id: id.into(), ..Default::default() }.write_to_bytes().unwrap());
+    call("Delete", DeleteRequest { id: id.into(), ..Default::default() }.write_to_bytes().unwrap());
+
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let report = parse_report(&text).unwrap_or_else(|| panic!("no report from the direct container: {text}"));
+    assert_eq!(gpu_nodes(&report), [("/dev/nvidia5".to_owned(), "ENXIO".to_owned())]);
+    assert!(smi_lines(&report).iter().any(|l| l.contains(&node.gpu_uuid(5))));
+    assert_eq!(create_line(node, id)["injected"], "nvidia.com/gpu=5");
+}

@@ -1,0 +1,427 @@
+//! `nvinject-device-plugin`: the kubelet device plugin daemon.
+//!
+//! Reads the configuration (file < environment < flags), discovers GPUs once through NVML, plans
+//! the resources, writes node labels, then serves each resource to the kubelet and watches XID
+//! events until SIGTERM/SIGINT (clean exit) or SIGHUP (clean stop, then the program starts over).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use tokio::sync::watch;
+
+use nvinject_device_plugin::config::{
+    self, ConfigFile, Defaults, DeviceIdStrategy, DeviceListStrategy, GoDuration, MigStrategy, Overrides,
+    Settings,
+};
+use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
+use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
+use nvinject_device_plugin::health::{HealthSnapshot, HealthTracker, TrackedDevice};
+use nvinject_device_plugin::lifecycle::{Timing, remove_stale_sockets, run_resource};
+use nvinject_device_plugin::metrics::Metrics;
+use nvinject_device_plugin::resources::{HostFacts, Plan, plan};
+use nvinject_device_plugin::service::{ResourceContext, health_count};
+use nvinject_device_plugin::{fsutil, labels};
+
+/// Kubernetes device plugin for NVIDIA GPUs. Flags override environment variables, which override
+/// the config file (NVIDIA's device plugin config format, version v1).
+#[derive(Debug, Parser)]
+#[command(name = "nvinject-device-plugin", version, args_override_self = true)]
+struct Cli {
+    /// Config file (YAML or JSON, NVIDIA's `version: v1` format).
+    #[arg(long, env = "CONFIG_FILE")]
+    config_file: Option<PathBuf>,
+    /// How MIG devices are advertised: none, single or mixed.
+    #[arg(long, env = "MIG_STRATEGY")]
+    mig_strategy: Option<MigStrategyArg>,
+    /// Exit when NVML or the resource plan fails at start, instead of waiting.
+    #[arg(long, env = "FAIL_ON_INIT_ERROR", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    fail_on_init_error: Option<bool>,
+    /// Driver root ('/' or e.g. /run/nvidia/driver); NVML is looked up under it.
+    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
+    nvidia_driver_root: Option<PathBuf>,
+    /// Host root of the device nodes passed as DeviceSpecs (default: the driver root).
+    #[arg(long, env = "NVIDIA_DEV_ROOT")]
+    nvidia_dev_root: Option<PathBuf>,
+    /// Proc root, for the MIG capability minors.
+    #[arg(long, env = "NVINJECT_PROC_ROOT")]
+    proc_root: Option<PathBuf>,
+    /// Also answer Allocate with DeviceSpecs.
+    #[arg(long, env = "PASS_DEVICE_SPECS", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pass_device_specs: Option<bool>,
+    /// Comma-separated: envvar, volume-mounts, cdi-annotations, cdi-cri.
+    #[arg(long, env = "DEVICE_LIST_STRATEGY", value_parser = parse_strategies)]
+    device_list_strategy: Option<StrategyList>,
+    /// Ids passed by envvar and volume-mounts: uuid or index.
+    #[arg(long, env = "DEVICE_ID_STRATEGY")]
+    device_id_strategy: Option<DeviceIdArg>,
+    /// Key prefix of the CDI annotation.
+    #[arg(long, env = "CDI_ANNOTATION_PREFIX")]
+    cdi_annotation_prefix: Option<String>,
+    /// CDI kind of the device names handed out.
+    #[arg(long, env = "NVINJECT_CDI_KIND")]
+    cdi_kind: Option<String>,
+    /// The kubelet's registration socket; plugin sockets are created in the same directory.
+    #[arg(long, env = "KUBELET_SOCKET")]
+    kubelet_socket: Option<PathBuf>,
+    /// Path of libnvidia-ml.so.1 (default: under the driver root, else the dynamic linker's).
+    #[arg(long, env = "NVINJECT_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// NFD features file for node labels; empty to disable.
+    #[arg(long, env = "NVINJECT_FEATURES_FILE")]
+    features_file: Option<String>,
+    /// Serve /metrics on host:port (a bare port binds 127.0.0.1); empty to disable.
+    #[arg(long, env = "NVINJECT_METRICS_ADDRESS")]
+    metrics_address: Option<String>,
+    /// Quiet time after the last critical XID before a GPU is Healthy again (Go duration; 0 = never).
+    #[arg(long, env = "NVINJECT_HEALTH_RECOVERY_PERIOD")]
+    health_recovery_period: Option<GoDuration>,
+    /// How often the plugin checks its socket and kubelet.sock (Go duration).
+    #[arg(long, env = "NVINJECT_SOCKET_POLL", default_value = "500ms")]
+    socket_poll: GoDuration,
+    /// Log filter (tracing env-filter syntax); RUST_LOG also works.
+    #[arg(long, env = "NVINJECT_LOG", default_value = "info")]
+    log: String,
+    /// Print the resolved configuration as JSON and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum MigStrategyArg {
+    None,
+    Single,
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DeviceIdArg {
+    Uuid,
+    Index,
+}
+
+#[derive(Debug, Clone)]
+struct StrategyList(Vec<DeviceListStrategy>);
+
+fn parse_strategies(s: &str) -> Result<StrategyList, String> {
+    config::parse_strategy_list(s).map(StrategyList)
+}
+
+impl Cli {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            mig_strategy: self.mig_strategy.map(|m| match m {
+                MigStrategyArg::None => MigStrategy::None,
+                MigStrategyArg::Single => MigStrategy::Single,
+                MigStrategyArg::Mixed => MigStrategy::Mixed,
+            }),
+            fail_on_init_error: self.fail_on_init_error,
+            driver_root: self.nvidia_driver_root.clone(),
+            dev_root: self.nvidia_dev_root.clone(),
+            proc_root: self.proc_root.clone(),
+            pass_device_specs: self.pass_device_specs,
+            device_list_strategies: self.device_list_strategy.clone().map(|l| l.0),
+            device_id_strategy: self.device_id_strategy.map(|d| match d {
+                DeviceIdArg::Uuid => DeviceIdStrategy::Uuid,
+                DeviceIdArg::Index => DeviceIdStrategy::Index,
+            }),
+            cdi_annotation_prefix: self.cdi_annotation_prefix.clone(),
+            cdi_kind: self.cdi_kind.clone(),
+            kubelet_socket: self.kubelet_socket.clone(),
+            nvml_library: self.nvml_lib.clone(),
+            features_file: self.features_file.clone(),
+            metrics_address: self.metrics_address.clone(),
+            disable_healthchecks: std::env::var("DP_DISABLE_HEALTHCHECKS").ok(),
+            recovery_period: self.health_recovery_period,
+        }
+    }
+}
+
+fn defaults() -> Defaults {
+    Defaults {
+        driver_root: PathBuf::from("/"),
+        proc_root: PathBuf::from("/proc"),
+        kubelet_socket: PathBuf::from("/var/lib/kubelet/device-plugins/kubelet.sock"),
+        features_file: PathBuf::from("/etc/kubernetes/node-feature-discovery/features.d/nvinject"),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
+    // `Targets` takes the usual `info,target=debug` directives without pulling in a regex engine
+    // (the env-filter one costs ~1 MiB of binary and resident text).
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let targets: tracing_subscriber::filter::Targets = filter.parse().unwrap_or_else(|e| {
+        eprintln!("nvinject-device-plugin: log filter `{filter}` is not valid ({e}); using info");
+        tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+    });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_target(false),
+        )
+        .with(targets)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvinject-device-plugin: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_settings(cli: &Cli) -> Result<Settings> {
+    let (file, origin) = match &cli.config_file {
+        Some(path) => (config::load_file(path)?, path.display().to_string()),
+        None => (ConfigFile::default(), "(no config file)".to_owned()),
+    };
+    let resolved = config::resolve(&file, &origin, &cli.overrides(), &defaults())?;
+    for key in &resolved.ignored {
+        tracing::warn!(file = origin, key, "config key is accepted for compatibility but has no effect");
+    }
+    Ok(resolved.settings)
+}
+
+/// libnvidia-ml.so.1: the configured path, else under a non-/ driver root, else the linker's choice.
+fn nvml_library(settings: &Settings) -> Option<PathBuf> {
+    if let Some(p) = &settings.nvml_library {
+        return Some(p.clone());
+    }
+    if settings.driver_root == Path::new("/") {
+        return None;
+    }
+    ["usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib"]
+        .iter()
+        .map(|d| settings.driver_root.join(d).join("libnvidia-ml.so.1"))
+        .find(|p| p.exists())
+}
+
+fn host_facts(settings: &Settings) -> HostFacts {
+    let minors_path = settings.proc_root.join("driver/nvidia-caps/mig-minors");
+    let mig_minors = std::fs::read_to_string(&minors_path).ok().map(|t| MigMinors::parse(&t));
+    let control_nodes = CONTROL_NODES
+        .iter()
+        .filter(|p| settings.dev_root.join(p.trim_start_matches('/')).exists())
+        .map(|p| p.to_string())
+        .collect();
+    HostFacts { mig_minors, control_nodes }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let settings = load_settings(&cli)?;
+    if cli.print_config {
+        println!("{}", serde_json::to_string_pretty(&settings)?);
+        return Ok(());
+    }
+    tracing::info!(config = %serde_json::to_string(&settings)?, "starting");
+
+    let library = nvml_library(&settings);
+    let started =
+        nvinject_gpu::nvml::open(library.as_deref()).map_err(anyhow::Error::from).and_then(|nvml| {
+            let inventory = nvinject_gpu::nvml::read_inventory(&nvml)?;
+            let plan = plan(&inventory, &settings, &host_facts(&settings))?;
+            Ok((nvml, inventory, plan))
+        });
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (nvml, inventory, plan) = match started {
+        Ok(x) => x,
+        Err(e) if settings.fail_on_init_error => return Err(e.context("start-up failed")),
+        Err(e) => {
+            // NVIDIA's behaviour with failOnInitError=false: stay up, serve nothing, so a node
+            // without GPUs (or with a broken driver) does not crash-loop the DaemonSet.
+            tracing::error!(error = format!("{e:#}"), "start-up failed; serving nothing until stopped");
+            let signal = runtime.block_on(wait_for_signal())?;
+            return finish(signal);
+        }
+    };
+    for w in &plan.warnings {
+        tracing::warn!(warning = w.as_str(), "resource plan");
+    }
+    write_labels(&settings, &inventory, &plan);
+    let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll))?;
+    drop(runtime);
+    finish(signal)
+}
+
+/// After a clean stop: exit, or on SIGHUP start again from scratch (config re-read, GPUs
+/// rediscovered), as NVIDIA's plugin does for its config manager.
+fn finish(signal: Stop) -> Result<()> {
+    match signal {
+        Stop::Exit => Ok(()),
+        Stop::Restart => {
+            use std::os::unix::process::CommandExt;
+            let exe = std::env::current_exe().context("cannot find this program to restart it")?;
+            tracing::info!(program = %exe.display(), "restarting");
+            let err = std::process::Command::new(&exe).args(std::env::args_os().skip(1)).exec();
+            Err(anyhow::Error::from(err).context(format!("cannot restart {}", exe.display())))
+        }
+    }
+}
+
+fn write_labels(settings: &Settings, inventory: &nvinject_gpu::Inventory, plan: &Plan) {
+    let Some(path) = &settings.features_file else { return };
+    let text = labels::render(&labels::node_labels(inventory, plan, settings));
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            tracing::info!(dir = %dir.display(), "NFD features directory absent: node labels not written");
+        }
+        _ => match fsutil::write_atomic(path, text.as_bytes()) {
+            Ok(()) => tracing::info!(file = %path.display(), "node labels written"),
+            Err(e) => tracing::error!(file = %path.display(), error = %e, "cannot write node labels"),
+        },
+    }
+}
+
+async fn serve(settings: Settings, nvml: nvml_wrapper::Nvml, plan: Plan, poll: GoDuration) -> Result<Stop> {
+    let settings = Arc::new(settings);
+    let metrics = Arc::new(Metrics::default());
+    let tracked: Vec<TrackedDevice> = plan
+        .resources
+        .iter()
+        .flat_map(|r| r.targets.iter())
+        .map(|t| TrackedDevice {
+            uuid: t.uuid.clone(),
+            gpu_uuid: t.gpu_uuid.clone(),
+            mig: t.mig.as_ref().map(|m| (m.gpu_instance_id, m.compute_instance_id)),
+        })
+        .collect();
+    let mut tracker = HealthTracker::new(settings.health.clone(), tracked);
+    let (health_tx, health_rx) = watch::channel(HealthSnapshot::default());
+    let stop_health = Arc::new(AtomicBool::new(false));
+
+    if settings.health.disabled {
+        tracing::warn!("XID health checks are disabled");
+    } else if !plan.resources.is_empty() {
+        let gpus = tracker.gpus();
+        let metrics = metrics.clone();
+        let stop = stop_health.clone();
+        std::thread::Builder::new()
+            .name("nvml-events".into())
+            .spawn(move || {
+                // Registering for events can fail transiently (driver busy): retry with backoff.
+                let mut backoff = std::time::Duration::from_millis(100);
+                let mut source = loop {
+                    match NvmlXidSource::open(&nvml, &gpus) {
+                        Ok(s) => break s,
+                        Err(e) => {
+                            tracing::error!(error = %e, retry_in = ?backoff, "cannot watch XID events yet");
+                            metrics.event_wait_error();
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+                };
+                let mut publish = |s: HealthSnapshot| {
+                    let _ = health_tx.send(s);
+                };
+                run_health_loop(
+                    &mut source,
+                    &mut tracker,
+                    &SystemClock,
+                    &metrics,
+                    &stop,
+                    &mut publish,
+                    LoopConfig::default(),
+                );
+            })
+            .context("cannot start the NVML event thread")?;
+    }
+
+    let dir = settings.plugin_dir().to_path_buf();
+    let keep: Vec<String> = plan.resources.iter().map(|r| r.socket_name()).collect();
+    for removed in remove_stale_sockets(&dir, &keep) {
+        tracing::info!(socket = %removed.display(), "removed socket of a resource no longer served");
+    }
+    if plan.resources.is_empty() {
+        tracing::warn!("no devices to advertise; waiting until stopped");
+    }
+
+    let contexts: Vec<Arc<ResourceContext>> = plan
+        .resources
+        .iter()
+        .map(|r| {
+            Arc::new(ResourceContext {
+                resource: r.clone(),
+                settings: settings.clone(),
+                control_nodes: Arc::new(plan.control_nodes.clone()),
+                topology: Arc::new(plan.topology.clone()),
+                metrics: metrics.clone(),
+            })
+        })
+        .collect();
+
+    let metrics_task = match settings.metrics_address {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for /metrics on {addr}"))?;
+            tracing::info!(%addr, "serving /metrics");
+            let contexts = contexts.clone();
+            let health = health_rx.clone();
+            let metrics = metrics.clone();
+            Some(tokio::spawn(nvinject_device_plugin::metrics::serve(listener, move || {
+                let snapshot = health.borrow().clone();
+                let counts: Vec<_> = contexts.iter().map(|c| health_count(&c.resource, &snapshot)).collect();
+                metrics.render(&counts)
+            })))
+        }
+    };
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let timing = Timing { poll: poll.0, ..Timing::default() };
+    let mut tasks = Vec::new();
+    for ctx in contexts {
+        tasks.push(tokio::spawn(run_resource(
+            ctx,
+            health_rx.clone(),
+            settings.kubelet_socket.clone(),
+            timing,
+            shutdown_rx.clone(),
+        )));
+    }
+
+    let signal = wait_for_signal().await?;
+    let _ = shutdown_tx.send(true);
+    stop_health.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    tracing::info!("stopped");
+    Ok(signal)
+}
+
+/// What a signal asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM / SIGINT.
+    Exit,
+    /// SIGHUP.
+    Restart,
+}
+
+async fn wait_for_signal() -> Result<Stop> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    Ok(tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); Stop::Exit }
+        _ = int.recv() => { tracing::info!("SIGINT: shutting down"); Stop::Exit }
+        _ = hup.recv() => { tracing::info!("SIGHUP: restarting with the configuration re-read"); Stop::Restart }
+    })
+}

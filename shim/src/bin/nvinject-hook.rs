@@ -1,0 +1,74 @@
+//! `nvinject-hook`: OCI createContainer hook for CDI specs written by nvinject-cdi.
+//!
+//! ```text
+//! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
+//! nvinject-hook update-ldcache --folder <dir> [--folder ...] [--ldconfig-path /sbin/ldconfig]
+//! ```
+//! Both read the OCI state from stdin. Messages go to stderr, which runc includes in its error.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use nvinject_shim::hook::{self, root::ContainerRoot};
+
+#[derive(Parser, Debug)]
+#[command(name = "nvinject-hook", version, about = "OCI createContainer hook for nvinject CDI specs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create symlinks inside the container root.
+    CreateSymlinks {
+        /// `<target>::<link>`; the link path is absolute inside the container.
+        #[arg(long = "link")]
+        links: Vec<String>,
+    },
+    /// Rebuild the container's ld.so.cache with the host's ldconfig.
+    UpdateLdcache {
+        /// A folder (inside the container) holding injected libraries.
+        #[arg(long = "folder")]
+        folders: Vec<PathBuf>,
+        /// The host's ldconfig.
+        #[arg(long, default_value = "/sbin/ldconfig")]
+        ldconfig_path: PathBuf,
+    },
+}
+
+fn main() {
+    // The hook runs with whatever environment runc was given; nothing here may depend on it, and
+    // nothing it starts inherits it.
+    for (key, _) in std::env::vars_os() {
+        // SAFETY: single-threaded at this point (no thread has been spawned yet), so no other
+        // thread can be reading the environment while it is modified.
+        unsafe { std::env::remove_var(key) };
+    }
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).without_time().try_init();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("nvinject-hook: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut stdin = Vec::new();
+    std::io::stdin().read_to_end(&mut stdin).context("reading the OCI state from stdin")?;
+    let state = hook::parse_state(&stdin)?;
+    let root_path = hook::container_root(&state.bundle)?;
+    hook::check_before_pivot(&root_path)?;
+    let root = ContainerRoot::open(&root_path)?;
+    match cli.command {
+        Cmd::CreateSymlinks { links } => {
+            let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
+            hook::create_symlinks(&root, &links)?;
+        }
+        Cmd::UpdateLdcache { folders, ldconfig_path } => {
+            hook::update_ldcache(&root, &ldconfig_path, &folders)?;
+        }
+    }
+    Ok(())
+}

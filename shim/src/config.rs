@@ -1,0 +1,306 @@
+//! The runtime configuration, `/etc/nvinject/config.toml`.
+//!
+//! Every key is optional and has the default documented in `shim/README.md`; unknown keys are
+//! rejected with their name so a typo never silently changes behaviour. The installer writes this
+//! file; the shim reads it when it starts a proxy (and on `start`, for the delegate).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the configuration lives unless `NVINJECT_CONFIG` or `--config` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvinject/config.toml";
+
+/// Environment variable naming another configuration file.
+pub const CONFIG_ENV: &str = "NVINJECT_CONFIG";
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Config {
+    /// Where CDI specs are found and how requests name devices.
+    pub cdi: CdiConfig,
+    /// Which kinds of device requests are honoured.
+    pub requests: RequestsConfig,
+    /// The inner shim and logging.
+    pub runtime: RuntimeConfig,
+    /// Regenerating a spec whose driver version no longer matches the loaded driver.
+    pub regenerate: RegenerateConfig,
+}
+
+/// `[cdi]`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct CdiConfig {
+    /// Spec directories, lowest priority first (a later directory wins for the same device).
+    pub spec_dirs: Vec<PathBuf>,
+    /// Kind given to bare device ids (`1`, `GPU-...`) in requests.
+    pub default_kind: String,
+    /// Annotation key prefixes whose values are CDI device requests.
+    pub annotation_prefixes: Vec<String>,
+}
+
+impl Default for CdiConfig {
+    fn default() -> Self {
+        CdiConfig {
+            spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            default_kind: "nvidia.com/gpu".to_owned(),
+            annotation_prefixes: vec!["cdi.k8s.io/".to_owned()],
+        }
+    }
+}
+
+/// `[requests]`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RequestsConfig {
+    /// Honour `NVIDIA_VISIBLE_DEVICES` from containers that are not privileged. Off by default:
+    /// any pod can set an environment variable, so this would let it bypass the scheduler.
+    pub accept_env_unprivileged: bool,
+    /// Honour `/dev/null` mounts at `/var/run/nvidia-container-devices/<id>` (the device plugin's
+    /// volume-mounts strategy).
+    pub accept_volume_mounts: bool,
+}
+
+impl Default for RequestsConfig {
+    fn default() -> Self {
+        RequestsConfig { accept_env_unprivileged: false, accept_volume_mounts: true }
+    }
+}
+
+/// `[runtime]`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// The inner shim: a path, or a name looked up in `PATH` like containerd does.
+    pub delegate: PathBuf,
+    /// A file the proxy appends its JSON log lines to, in addition to containerd's shim log.
+    pub log_file: Option<PathBuf>,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    pub log_level: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            delegate: PathBuf::from("containerd-shim-runc-v2"),
+            log_file: None,
+            log_level: "info".to_owned(),
+        }
+    }
+}
+
+/// `[regenerate]`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RegenerateConfig {
+    /// Regenerate a stale spec written by nvinject-cdi before using it. When off, a stale spec is
+    /// used as it is, with a warning.
+    pub enabled: bool,
+    /// Where the loaded driver's version is read: `<sys-root>/module/nvidia/version`.
+    pub sys_root: PathBuf,
+    /// Where regeneration reads `devices` and `driver/nvidia-caps/mig-minors`.
+    pub proc_root: PathBuf,
+    /// Driver root for regeneration when the spec does not record one (`nvinject.io/driver-root`).
+    pub driver_root: Option<PathBuf>,
+    /// Dev root for regeneration when the spec does not record one (`nvinject.io/dev-root`).
+    pub dev_root: Option<PathBuf>,
+    /// The NVML library to load for regeneration; default: found under the driver root.
+    pub nvml_lib: Option<PathBuf>,
+    /// Hook path written into regenerated specs.
+    pub hook_path: Option<PathBuf>,
+    /// The spec file the shim keeps present: generated (with the roots above) when a device is
+    /// requested and the file is missing, e.g. after a reboot emptied `/var/run/cdi`.
+    pub spec_path: Option<PathBuf>,
+}
+
+impl Default for RegenerateConfig {
+    fn default() -> Self {
+        RegenerateConfig {
+            enabled: true,
+            sys_root: PathBuf::from("/sys"),
+            proc_root: PathBuf::from("/proc"),
+            driver_root: None,
+            dev_root: None,
+            nvml_lib: None,
+            hook_path: None,
+            spec_path: None,
+        }
+    }
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema; the message names the key.
+    #[error("{path}: {message} (see the key table in the nvinject shim README)")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, naming the key and line.
+        message: String,
+    },
+    /// A value is well-formed TOML but unusable.
+    #[error("{path}: {key} = {value:?}: {fix}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The dotted key.
+        key: &'static str,
+        /// The offending value.
+        value: String,
+        /// What to write instead.
+        fix: &'static str,
+    },
+}
+
+impl Config {
+    /// Reads `path`; a missing file means all defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read { path: path.to_owned(), source }),
+        }
+    }
+
+    /// Parses and checks the text of a configuration file (`path` is for messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim().to_owned() })?;
+        config.check(path)?;
+        Ok(config)
+    }
+
+    /// The configuration path this process should use: `NVINJECT_CONFIG` or the default.
+    pub fn default_path() -> PathBuf {
+        std::env::var_os(CONFIG_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH))
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key, value: &dyn std::fmt::Debug, fix| ConfigError::Invalid {
+            path: path.to_owned(),
+            key,
+            value: format!("{value:?}"),
+            fix,
+        };
+        if !["error", "warn", "info", "debug", "trace"].contains(&self.runtime.log_level.as_str()) {
+            return Err(invalid("runtime.log-level", &self.runtime.log_level, "use error, warn, info, debug or trace"));
+        }
+        if let Some(dir) = self.cdi.spec_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(invalid("cdi.spec-dirs", dir, "spec directories must be absolute paths"));
+        }
+        let kind = &self.cdi.default_kind;
+        let valid_kind = kind.split_once('/').is_some_and(|(vendor, class)| {
+            !vendor.is_empty() && !class.is_empty() && !class.contains('/') && !kind.contains('=')
+        });
+        if !valid_kind {
+            return Err(invalid("cdi.default-kind", kind, "write vendor/class, e.g. nvidia.com/gpu"));
+        }
+        if self.cdi.annotation_prefixes.iter().any(|p| p.is_empty()) {
+            return Err(invalid(
+                "cdi.annotation-prefixes",
+                &self.cdi.annotation_prefixes,
+                "an empty prefix would treat every annotation as a device request",
+            ));
+        }
+        if self.runtime.delegate.as_os_str().is_empty() {
+            return Err(invalid("runtime.delegate", &self.runtime.delegate, "name the runc shim, e.g. containerd-shim-runc-v2"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/nvinject/config.toml"))
+    }
+
+    #[test]
+    fn an_empty_file_is_all_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.cdi.spec_dirs, [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]);
+        assert!(!c.requests.accept_env_unprivileged);
+        assert!(c.requests.accept_volume_mounts);
+        assert!(c.regenerate.enabled);
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let c = parse(
+            r#"
+            [cdi]
+            spec-dirs = ["/a", "/b"]
+            default-kind = "example.com/dev"
+            annotation-prefixes = ["cdi.k8s.io/", "x.io/"]
+            [requests]
+            accept-env-unprivileged = true
+            accept-volume-mounts = false
+            [runtime]
+            delegate = "/opt/bin/containerd-shim-runc-v2"
+            log-file = "/var/log/nvinject/shim.log"
+            log-level = "debug"
+            [regenerate]
+            enabled = false
+            sys-root = "/host/sys"
+            proc-root = "/host/proc"
+            driver-root = "/run/nvidia/driver"
+            dev-root = "/"
+            nvml-lib = "/usr/lib/libnvidia-ml.so.1"
+            hook-path = "/usr/local/nvinject/bin/nvinject-hook"
+            spec-path = "/var/run/cdi/nvidia.com-gpu.json"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.cdi.default_kind, "example.com/dev");
+        assert!(c.requests.accept_env_unprivileged);
+        assert!(!c.requests.accept_volume_mounts);
+        assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
+        assert_eq!(c.regenerate.sys_root, PathBuf::from("/host/sys"));
+        assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse("[requests]\naccept-env = true\n").unwrap_err().to_string();
+        assert!(err.contains("accept-env") && err.contains("/etc/nvinject/config.toml"), "{err}");
+        let err = parse("[runtimes]\n").unwrap_err().to_string();
+        assert!(err.contains("runtimes"), "{err}");
+    }
+
+    #[test]
+    fn unusable_values_are_named_with_a_fix() {
+        let cases = [
+            ("[runtime]\nlog-level = \"loud\"", "runtime.log-level"),
+            ("[cdi]\nspec-dirs = [\"cdi\"]", "cdi.spec-dirs"),
+            ("[cdi]\ndefault-kind = \"gpu\"", "cdi.default-kind"),
+            ("[cdi]\nannotation-prefixes = [\"\"]", "cdi.annotation-prefixes"),
+            ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
+            ("[requests]\naccept-volume-mounts = \"yes\"", "accept-volume-mounts"),
+        ];
+        for (text, key) in cases {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_missing_file_is_defaults_and_an_unreadable_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Config::load(&dir.path().join("absent.toml")).unwrap(), Config::default());
+        // A directory in place of the file cannot be read as text.
+        assert!(matches!(Config::load(dir.path()), Err(ConfigError::Read { .. })));
+    }
+}

@@ -1,0 +1,231 @@
+//! `nvinject-hook`: the OCI `createContainer` hook that CDI specs written by nvinject-cdi call.
+//!
+//! runc runs it after the container's mounts are in place and before `pivot_root`, with the OCI
+//! state on stdin. It works on the container's root filesystem from the host side, and it is careful
+//! about that tree, which the image controls:
+//! - paths inside the root are resolved with `RESOLVE_IN_ROOT` ([`root`]), so no symlink in the image
+//!   can redirect a write to the host;
+//! - the only program it runs is the host's `ldconfig` (a path on the host, chosen by the caller),
+//!   with an empty environment; nothing from the image is ever executed;
+//! - it refuses to run once the root is already `/` (that would mean it was wired as a hook that
+//!   runs after `pivot_root`, where "the host's ldconfig" would be the image's).
+
+pub mod root;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use root::{ContainerRoot, LinkOutcome, RootError};
+
+/// The ld.so.conf.d drop-in the hook writes so later `ldconfig` runs in the container keep the
+/// injected folders.
+pub const LDCONF_DROPIN: &str = "/etc/ld.so.conf.d/00-nvinject.conf";
+
+/// Failures of a hook run. runc shows the message when the hook fails the container start.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The OCI state on stdin is not usable.
+    #[error("invalid OCI state on stdin: {0}")]
+    State(String),
+    /// The bundle's config.json is not usable.
+    #[error("cannot read the container root from {path}: {message}")]
+    Bundle {
+        /// The config.json.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The hook was run after pivot_root.
+    #[error(
+        "the container root {0} is the current root: nvinject-hook must run as a createContainer hook (before pivot_root)"
+    )]
+    AfterPivot(PathBuf),
+    /// An operation in the container root failed.
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// A `--link` argument is malformed.
+    #[error("--link {0:?}: expected <target>::<link> with an absolute link path")]
+    BadLink(String),
+    /// A `--folder` argument is not absolute.
+    #[error("--folder {0:?}: folders must be absolute paths inside the container")]
+    BadFolder(String),
+    /// ldconfig could not run or failed.
+    #[error("{ldconfig} failed: {message}")]
+    Ldconfig {
+        /// The ldconfig binary.
+        ldconfig: PathBuf,
+        /// Its exit status and stderr.
+        message: String,
+    },
+}
+
+/// The part of the OCI state a hook needs.
+#[derive(Debug, Deserialize)]
+pub struct State {
+    /// Container id.
+    #[serde(default)]
+    pub id: String,
+    /// Bundle directory (holds config.json).
+    pub bundle: PathBuf,
+}
+
+/// Parses the OCI state JSON runc writes to a hook's stdin.
+pub fn parse_state(bytes: &[u8]) -> Result<State, HookError> {
+    serde_json::from_slice(bytes).map_err(|e| HookError::State(e.to_string()))
+}
+
+/// The container root of the bundle: `root.path` of its config.json, relative to the bundle
+/// unless absolute.
+pub fn container_root(bundle: &Path) -> Result<PathBuf, HookError> {
+    let path = bundle.join("config.json");
+    let fail = |message: String| HookError::Bundle { path: path.clone(), message };
+    let text = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+    let spec: serde_json::Value = serde_json::from_slice(&text).map_err(|e| fail(e.to_string()))?;
+    let root = spec.pointer("/root/path").and_then(|v| v.as_str()).ok_or_else(|| fail("no root.path".into()))?;
+    let root = Path::new(root);
+    Ok(if root.is_absolute() { root.to_owned() } else { bundle.join(root) })
+}
+
+/// Refuses to work when `root` is the filesystem root this process sees (after pivot_root).
+pub fn check_before_pivot(root: &Path) -> Result<(), HookError> {
+    use std::os::unix::fs::MetadataExt;
+    let same = match (std::fs::metadata(root), std::fs::metadata("/")) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    if same { Err(HookError::AfterPivot(root.to_owned())) } else { Ok(()) }
+}
+
+/// A parsed `--link target::link`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// What the link points to (kept as written: relative or absolute inside the container).
+    pub target: PathBuf,
+    /// Where the link goes, absolute inside the container.
+    pub link: PathBuf,
+}
+
+/// Parses `target::link`.
+pub fn parse_link(arg: &str) -> Result<Link, HookError> {
+    match arg.split_once("::") {
+        Some((target, link)) if !target.is_empty() && link.starts_with('/') && link.len() > 1 => {
+            Ok(Link { target: target.into(), link: link.into() })
+        }
+        _ => Err(HookError::BadLink(arg.to_owned())),
+    }
+}
+
+/// Creates each link in the container root. Existing files are left alone (logged), as an image
+/// may ship its own.
+pub fn create_symlinks(root: &ContainerRoot, links: &[Link]) -> Result<Vec<(Link, LinkOutcome)>, HookError> {
+    let mut done = Vec::new();
+    for link in links {
+        let outcome = root.symlink(&link.target, &link.link)?;
+        if let LinkOutcome::Occupied { existing } = &outcome {
+            tracing::warn!(link = %link.link.display(), target = %link.target.display(), existing, "left an existing file in place");
+        }
+        done.push((link.clone(), outcome));
+    }
+    Ok(done)
+}
+
+/// The host `ldconfig` command that rebuilds the container's cache: chrooted into the root by
+/// `-r`, so it reads and writes only the container's files; the folders are passed explicitly so
+/// they are cached even if the image's ld.so.conf does not include ld.so.conf.d.
+pub fn ldconfig_command(ldconfig: &Path, root: &Path, folders: &[PathBuf]) -> Command {
+    let mut cmd = Command::new(ldconfig);
+    cmd.arg("-r").arg(root).args(folders);
+    cmd.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd
+}
+
+/// Writes the ld.so.conf.d drop-in (when the image has that directory) and runs the host's
+/// ldconfig on the container root.
+pub fn update_ldcache(root: &ContainerRoot, ldconfig: &Path, folders: &[PathBuf]) -> Result<(), HookError> {
+    if let Some(bad) = folders.iter().find(|f| !f.is_absolute()) {
+        return Err(HookError::BadFolder(bad.display().to_string()));
+    }
+    if !folders.is_empty() && root.dir_exists(Path::new("/etc/ld.so.conf.d")) {
+        let mut text = String::from("# Written by nvinject-hook: folders of injected driver libraries.\n");
+        for f in folders {
+            text.push_str(&format!("{}\n", f.display()));
+        }
+        root.write_file(Path::new(LDCONF_DROPIN), text.as_bytes(), 0o644)?;
+    }
+    let fail = |message: String| HookError::Ldconfig { ldconfig: ldconfig.to_owned(), message };
+    let output = ldconfig_command(ldconfig, root.path(), folders).output().map_err(|e| fail(e.to_string()))?;
+    if !output.status.success() {
+        return Err(fail(format!("{}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim())));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            parse_link("libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so").unwrap(),
+            Link { target: "libcuda.so.1".into(), link: "/usr/lib/x86_64-linux-gnu/libcuda.so".into() }
+        );
+        for bad in ["nolink", "a::relative/link", "::/x", "a::/"] {
+            assert!(parse_link(bad).unwrap_err().to_string().contains(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_root_comes_from_the_bundle_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), br#"{"root":{"path":"rootfs"},"x":1}"#).unwrap();
+        assert_eq!(container_root(dir.path()).unwrap(), dir.path().join("rootfs"));
+        std::fs::write(dir.path().join("config.json"), br#"{"root":{"path":"/abs/root"}}"#).unwrap();
+        assert_eq!(container_root(dir.path()).unwrap(), PathBuf::from("/abs/root"));
+        std::fs::write(dir.path().join("config.json"), br#"{"process":{}}"#).unwrap();
+        assert!(container_root(dir.path()).unwrap_err().to_string().contains("root.path"));
+        let state = parse_state(br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":5,"bundle":"/b"}"#).unwrap();
+        assert_eq!((state.id.as_str(), state.bundle.as_path()), ("c1", Path::new("/b")));
+        assert!(parse_state(b"{}").is_err());
+    }
+
+    #[test]
+    fn refuses_to_run_after_pivot_root() {
+        assert!(matches!(check_before_pivot(Path::new("/")), Err(HookError::AfterPivot(_))));
+        let dir = tempfile::tempdir().unwrap();
+        check_before_pivot(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn ldconfig_runs_with_an_empty_environment_on_the_root() {
+        let cmd = ldconfig_command(Path::new("/sbin/ldconfig"), Path::new("/r"), &[PathBuf::from("/usr/lib/x")]);
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(args, ["-r", "/r", "/usr/lib/x"]);
+        // env_clear: no inherited variable will be passed on.
+        assert!(cmd.get_envs().next().is_none());
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
+    }
+
+    #[test]
+    fn ldconfig_builds_a_cache_in_a_real_root() {
+        // A minimal root with one library: the host's ldconfig (static) caches it from inside.
+        let dir = tempfile::tempdir().unwrap();
+        let root_path = dir.path().join("rootfs");
+        let lib_dir = root_path.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        std::fs::create_dir_all(root_path.join("etc/ld.so.conf.d")).unwrap();
+        let libc_path = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        assert!(libc_path.exists(), "this test needs a Debian x86_64 host (as CI is)");
+        std::fs::copy(libc_path, lib_dir.join("libc.so.6")).unwrap();
+        let root = ContainerRoot::open(&root_path).unwrap();
+        update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("/usr/lib/x86_64-linux-gnu")]).unwrap();
+        let cache = std::fs::read(root_path.join("etc/ld.so.cache")).unwrap();
+        assert!(cache.windows(9).any(|w| w == b"libc.so.6"), "the cache lists the library");
+        let dropin = std::fs::read_to_string(root_path.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap();
+        assert!(dropin.contains("/usr/lib/x86_64-linux-gnu"));
+        let err = update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("rel")]).unwrap_err();
+        assert!(matches!(err, HookError::BadFolder(_)));
+    }
+}

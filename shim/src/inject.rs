@@ -1,0 +1,716 @@
+//! What happens at a container's Create: read the bundle's `config.json`, work out the requested
+//! devices, resolve them in the CDI spec directories (regenerating a stale nvinject spec first),
+//! apply their edits, and write `config.json` back atomically, all before the runc shim sees the
+//! Create.
+//!
+//! Nothing is written unless every requested device resolved and every edit applied, so a refused
+//! Create leaves the bundle exactly as containerd wrote it. Each container gets one log line:
+//! its id, what it asked for and through which source, what was injected, and the time spent.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use containerd_shim_protos::api::CreateTaskRequest;
+use nvinject_cdi::apply::{apply_edits, has_device_node};
+use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError, Spec};
+use serde_json::Value;
+use ttrpc::proto::Code;
+
+use crate::config::{Config, RegenerateConfig};
+use crate::proxy::{CreateGate, Rejection};
+use crate::request::{self, Policy, Resolution};
+
+/// Spec annotation: the driver version the spec was generated for.
+pub const DRIVER_VERSION_ANNOTATION: &str = "nvinject.io/driver-version";
+/// Spec annotation: the driver root the spec was generated from.
+pub const DRIVER_ROOT_ANNOTATION: &str = "nvinject.io/driver-root";
+/// Spec annotation: the dev root the spec was generated from.
+pub const DEV_ROOT_ANNOTATION: &str = "nvinject.io/dev-root";
+/// Spec annotation: which tool wrote the spec (`nvinject-cdi <version>`).
+pub const GENERATED_BY_ANNOTATION: &str = "nvinject.io/generated-by";
+
+/// Everything needed to regenerate one stale spec file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegenerateRequest {
+    /// The spec file to replace (atomically).
+    pub spec_path: PathBuf,
+    /// The spec's kind.
+    pub kind: String,
+    /// Driver root (the spec's own record, else the config's).
+    pub driver_root: Option<PathBuf>,
+    /// Dev root (the spec's own record, else the config's).
+    pub dev_root: Option<PathBuf>,
+    /// NVML library, when configured.
+    pub nvml_lib: Option<PathBuf>,
+    /// Hook path to write into the spec, when configured.
+    pub hook_path: Option<PathBuf>,
+    /// The driver version the spec was made for.
+    pub stale_version: String,
+    /// The driver version now loaded.
+    pub loaded_version: String,
+}
+
+/// Regenerates a spec file. The real one calls the cdi-gen library; tests inject their own.
+pub trait Regenerate: Send + Sync {
+    /// Writes a fresh spec at `request.spec_path`, atomically. The error is shown to the user.
+    fn regenerate(&self, request: &RegenerateRequest) -> Result<(), String>;
+}
+
+/// Why a Create is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    /// The bundle's config.json cannot be read or parsed.
+    #[error("cannot read the container's OCI spec {path}: {message}")]
+    ReadSpec {
+        /// The config.json.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A request names something that cannot be a CDI device.
+    #[error(transparent)]
+    Request(#[from] request::RequestError),
+    /// A requested device is not in any spec.
+    #[error("{error} (requested by {requested_by}; CDI spec dirs searched: {dirs})")]
+    Unresolvable {
+        /// The registry's explanation (names the device, files and broken specs).
+        error: Box<ResolveError>,
+        /// The request source.
+        requested_by: request::Source,
+        /// The spec directories.
+        dirs: DirList,
+    },
+    /// A stale spec could not be regenerated.
+    #[error(
+        "CDI spec {} was generated for driver {stale} but driver {loaded} is loaded, and regenerating it failed: {message}",
+        path.display()
+    )]
+    Regenerate {
+        /// The stale spec.
+        path: PathBuf,
+        /// Its recorded driver version.
+        stale: String,
+        /// The loaded driver's version.
+        loaded: String,
+        /// The regenerator's error.
+        message: String,
+    },
+    /// The edits do not fit the container's spec.
+    #[error("cannot apply the CDI edits of {devices} to {path}: {error}")]
+    Apply {
+        /// The config.json.
+        path: PathBuf,
+        /// The devices being applied.
+        devices: String,
+        /// What did not fit.
+        error: nvinject_cdi::apply::ApplyError,
+    },
+    /// The updated config.json could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The config.json.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
+impl InjectError {
+    /// The ttrpc status containerd gets: the one place errors map to wire codes.
+    pub fn code(&self) -> Code {
+        match self {
+            InjectError::Request(_) => Code::INVALID_ARGUMENT,
+            InjectError::Unresolvable { .. } | InjectError::Regenerate { .. } | InjectError::Apply { .. } => {
+                Code::FAILED_PRECONDITION
+            }
+            InjectError::ReadSpec { .. } | InjectError::Write { .. } => Code::INTERNAL,
+        }
+    }
+}
+
+/// Spec directories in a message.
+#[derive(Debug, Clone)]
+pub struct DirList(pub Vec<PathBuf>);
+
+impl fmt::Display for DirList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.0.iter().map(|d| d.display().to_string()).collect();
+        f.write_str(&list.join(", "))
+    }
+}
+
+/// What was done for one container (the log line's content).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// The request source, empty when nothing was requested.
+    pub source: String,
+    /// Requested devices.
+    pub requested: Vec<String>,
+    /// Devices whose edits were applied.
+    pub injected: Vec<String>,
+    /// Devices skipped because their device nodes were already in the spec.
+    pub already_present: Vec<String>,
+    /// Requests present but not honoured, with reasons.
+    pub ignored: Vec<String>,
+    /// Spec files regenerated on the way.
+    pub regenerated: Vec<PathBuf>,
+    /// Whether config.json was rewritten.
+    pub wrote: bool,
+    /// Microseconds reading and parsing config.json.
+    pub read_us: u64,
+    /// Microseconds resolving and applying.
+    pub inject_us: u64,
+    /// Microseconds serializing and writing config.json.
+    pub write_us: u64,
+}
+
+/// The [`CreateGate`] that injects CDI devices.
+pub struct Injector {
+    policy: Policy,
+    spec_dirs: Vec<PathBuf>,
+    regen_config: RegenerateConfig,
+    regenerator: Option<Box<dyn Regenerate>>,
+    // Kept between Creates: unchanged spec files are not parsed again.
+    registry: Mutex<Registry>,
+}
+
+impl Injector {
+    /// An injector for `config`. `regenerator` is used only when `[regenerate] enabled`.
+    pub fn new(config: &Config, regenerator: Box<dyn Regenerate>) -> Injector {
+        let policy = Policy {
+            // The config was checked when loaded; a kind that still does not parse falls back to
+            // NVIDIA's, which is what an unset key means.
+            default_kind: config.cdi.default_kind.parse().unwrap_or_else(|_| "nvidia.com/gpu".parse().expect("valid kind")),
+            annotation_prefixes: config.cdi.annotation_prefixes.clone(),
+            accept_env_unprivileged: config.requests.accept_env_unprivileged,
+            accept_volume_mounts: config.requests.accept_volume_mounts,
+        };
+        Injector {
+            policy,
+            spec_dirs: config.cdi.spec_dirs.clone(),
+            regen_config: config.regenerate.clone(),
+            regenerator: config.regenerate.enabled.then_some(regenerator),
+            registry: Mutex::new(Registry::scan(&config.cdi.spec_dirs)),
+        }
+    }
+
+    /// Prepares the bundle at `bundle` for container `id`.
+    pub fn inject(&self, bundle: &Path) -> Result<Outcome, InjectError> {
+        let path = bundle.join("config.json");
+        let t0 = Instant::now();
+        let read_err = |message: String| InjectError::ReadSpec { path: path.clone(), message };
+        let bytes = fs::read(&path).map_err(|e| read_err(e.to_string()))?;
+        let mut oci: Value = serde_json::from_slice(&bytes).map_err(|e| read_err(e.to_string()))?;
+        let mut outcome = Outcome { read_us: micros(t0), ..Default::default() };
+
+        let t1 = Instant::now();
+        let (source, names, ignored) = match request::resolve(&oci, &self.policy)? {
+            Resolution::Sandbox => {
+                outcome.source = "sandbox".into();
+                return Ok(outcome);
+            }
+            Resolution::Nothing { ignored } => {
+                outcome.ignored = describe_ignored(&ignored);
+                return Ok(outcome);
+            }
+            Resolution::Devices { source, names, ignored } => (source, names, ignored),
+        };
+        outcome.source = source.to_string();
+        outcome.requested = names.iter().map(ToString::to_string).collect();
+        outcome.ignored = describe_ignored(&ignored);
+
+        let edits = {
+            let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            registry.refresh();
+            outcome.regenerated = self.create_missing(&mut registry)?;
+            outcome.regenerated.extend(self.refresh_stale(&mut registry, &names)?);
+            self.collect_edits(&registry, &names, &source, &oci, &mut outcome)?
+        };
+        if outcome.injected.is_empty() {
+            outcome.inject_us = micros(t1);
+            return Ok(outcome);
+        }
+        apply_edits(&mut oci, &edits).map_err(|error| InjectError::Apply {
+            path: path.clone(),
+            devices: outcome.injected.join(","),
+            error,
+        })?;
+        outcome.inject_us = micros(t1);
+
+        let t2 = Instant::now();
+        let write_err = |source| InjectError::Write { path: path.clone(), source };
+        let mode = fs::metadata(&path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
+        let text = serde_json::to_vec(&oci).map_err(|e| write_err(std::io::Error::other(e)))?;
+        crate::atomic::write_file(&path, &text, mode).map_err(write_err)?;
+        outcome.wrote = true;
+        outcome.write_us = micros(t2);
+        Ok(outcome)
+    }
+
+    /// Generates `[regenerate] spec-path` when it is configured and missing (a node whose
+    /// `/var/run/cdi` was emptied by a reboot). Returns it when generated.
+    fn create_missing(&self, registry: &mut Registry) -> Result<Vec<PathBuf>, InjectError> {
+        let (Some(regenerator), Some(path)) = (&self.regenerator, &self.regen_config.spec_path) else {
+            return Ok(Vec::new());
+        };
+        if path.exists() {
+            return Ok(Vec::new());
+        }
+        let loaded = loaded_driver_version(&self.regen_config.sys_root).unwrap_or_default();
+        let fail = |message: String| InjectError::Regenerate {
+            path: path.clone(),
+            stale: "(missing)".into(),
+            loaded: loaded.clone(),
+            message,
+        };
+        let _lock = SpecLock::acquire(path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+        if path.exists() {
+            registry.refresh();
+            return Ok(Vec::new());
+        }
+        let request = RegenerateRequest {
+            spec_path: path.clone(),
+            kind: self.policy.default_kind.to_string(),
+            driver_root: self.regen_config.driver_root.clone(),
+            dev_root: self.regen_config.dev_root.clone(),
+            nvml_lib: self.regen_config.nvml_lib.clone(),
+            hook_path: self.regen_config.hook_path.clone(),
+            stale_version: String::new(),
+            loaded_version: loaded.clone(),
+        };
+        regenerator.regenerate(&request).map_err(fail)?;
+        tracing::info!(spec = %path.display(), "generated missing CDI spec");
+        registry.refresh();
+        Ok(vec![path.clone()])
+    }
+
+    /// Regenerates, under a lock, every nvinject spec that a requested device lives in and whose
+    /// recorded driver version is not the loaded one. Returns the files regenerated.
+    fn refresh_stale(
+        &self,
+        registry: &mut Registry,
+        names: &[QualifiedName],
+    ) -> Result<Vec<PathBuf>, InjectError> {
+        let Some(loaded) = loaded_driver_version(&self.regen_config.sys_root) else {
+            // No driver module information: nothing to compare with.
+            return Ok(Vec::new());
+        };
+        // The specs the requested devices come from; for a device no spec has (yet), every spec
+        // of its kind: a regenerated spec may have it (a GPU added with the new driver).
+        let mut candidates: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut stale: Vec<(PathBuf, Spec)> = Vec::new();
+        for name in names {
+            match registry.resolve(name) {
+                Ok(r) => {
+                    if candidates.insert(r.path.to_owned()) && spec_is_stale(r.spec, &loaded) {
+                        stale.push((r.path.to_owned(), r.spec.clone()));
+                    }
+                }
+                Err(ResolveError::UnknownDevice { files, .. }) => {
+                    for file in files {
+                        if candidates.insert(file.clone())
+                            && let Ok(spec) = nvinject_cdi::load_file(&file)
+                            && spec_is_stale(&spec, &loaded)
+                        {
+                            stale.push((file, spec));
+                        }
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        if stale.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(regenerator) = &self.regenerator else {
+            for (path, spec) in &stale {
+                tracing::warn!(spec = %path.display(), recorded = spec.annotations.get(DRIVER_VERSION_ANNOTATION).map(String::as_str),
+                    loaded = %loaded, "CDI spec is stale and [regenerate] is disabled; using it as it is");
+            }
+            return Ok(Vec::new());
+        };
+        let mut done = Vec::new();
+        for (path, spec) in stale {
+            let recorded = spec.annotations.get(DRIVER_VERSION_ANNOTATION).cloned().unwrap_or_default();
+            let request = RegenerateRequest {
+                spec_path: path.clone(),
+                kind: spec.kind.clone(),
+                driver_root: spec.annotations.get(DRIVER_ROOT_ANNOTATION).map(PathBuf::from).or(self.regen_config.driver_root.clone()),
+                dev_root: spec.annotations.get(DEV_ROOT_ANNOTATION).map(PathBuf::from).or(self.regen_config.dev_root.clone()),
+                nvml_lib: self.regen_config.nvml_lib.clone(),
+                hook_path: self.regen_config.hook_path.clone().or_else(|| crate::regenerate::hook_path_of(&spec)),
+                stale_version: recorded.clone(),
+                loaded_version: loaded.clone(),
+            };
+            let fail = |message: String| InjectError::Regenerate {
+                path: path.clone(),
+                stale: recorded.clone(),
+                loaded: loaded.clone(),
+                message,
+            };
+            // One regeneration per node at a time: every proxy on the node may find the same stale
+            // spec at once. Whoever gets the lock second re-reads the file and finds it fresh.
+            let _lock = SpecLock::acquire(&path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+            let still_stale = nvinject_cdi::load_file(&path).map(|s| spec_is_stale(&s, &loaded)).unwrap_or(true);
+            if still_stale {
+                regenerator.regenerate(&request).map_err(fail)?;
+                tracing::info!(spec = %path.display(), from = %recorded, to = %loaded, "regenerated stale CDI spec");
+                done.push(path);
+            }
+        }
+        // A regenerated spec that no longer has a requested device is reported by resolution.
+        registry.refresh();
+        Ok(done)
+    }
+
+    /// Resolves every requested device and gathers the edits to apply: each spec's common edits
+    /// once, then each device's, skipping devices already in the container.
+    fn collect_edits(
+        &self,
+        registry: &Registry,
+        names: &[QualifiedName],
+        source: &request::Source,
+        oci: &Value,
+        outcome: &mut Outcome,
+    ) -> Result<ContainerEdits, InjectError> {
+        let mut edits = ContainerEdits::default();
+        let mut specs_applied: BTreeSet<PathBuf> = BTreeSet::new();
+        for name in names {
+            let resolved = registry.resolve(name).map_err(|error| InjectError::Unresolvable {
+                error: Box::new(error),
+                requested_by: source.clone(),
+                dirs: DirList(self.spec_dirs.clone()),
+            })?;
+            let nodes = &resolved.device.container_edits.device_nodes;
+            if !nodes.is_empty() && nodes.iter().all(|n| has_device_node(oci, &n.path)) {
+                outcome.already_present.push(name.to_string());
+                continue;
+            }
+            if specs_applied.insert(resolved.path.to_owned()) {
+                edits.append(&resolved.spec.container_edits);
+            }
+            edits.append(&resolved.device.container_edits);
+            outcome.injected.push(name.to_string());
+        }
+        Ok(edits)
+    }
+}
+
+impl CreateGate for Injector {
+    fn before_create(&self, request: &CreateTaskRequest) -> Result<(), Rejection> {
+        let result = self.inject(Path::new(&request.bundle));
+        match &result {
+            Ok(o) => tracing::info!(
+                id = %request.id,
+                source = %o.source,
+                requested = %o.requested.join(","),
+                injected = %o.injected.join(","),
+                already_present = %o.already_present.join(","),
+                ignored = %o.ignored.join("; "),
+                regenerated = ?o.regenerated,
+                wrote = o.wrote,
+                read_us = o.read_us,
+                inject_us = o.inject_us,
+                write_us = o.write_us,
+                "container create"
+            ),
+            Err(e) => tracing::error!(id = %request.id, error = %e, "container create refused"),
+        }
+        result.map(|_| ()).map_err(|e| Rejection {
+            code: e.code(),
+            message: format!("nvinject: container {}: {e}", request.id),
+        })
+    }
+}
+
+fn describe_ignored(ignored: &[request::Ignored]) -> Vec<String> {
+    ignored.iter().map(|i| format!("{}: {}", i.source, i.reason)).collect()
+}
+
+fn micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The loaded driver's version: the first line of `<sys root>/module/nvidia/version`.
+pub fn loaded_driver_version(sys_root: &Path) -> Option<String> {
+    let text = fs::read_to_string(sys_root.join("module/nvidia/version")).ok()?;
+    let line = text.lines().next()?.trim();
+    (!line.is_empty()).then(|| line.to_owned())
+}
+
+/// A spec is stale when nvinject wrote it for another driver version. Specs without the
+/// annotation (hand-written, other vendors) are never stale.
+pub fn spec_is_stale(spec: &Spec, loaded: &str) -> bool {
+    spec.annotations.get(DRIVER_VERSION_ANNOTATION).is_some_and(|v| v != loaded)
+}
+
+/// An exclusive `flock` on `<spec>.lock`, released when dropped (closing the file releases it).
+struct SpecLock {
+    _file: fs::File,
+}
+
+impl SpecLock {
+    fn acquire(spec: &Path) -> std::io::Result<SpecLock> {
+        use std::os::fd::AsRawFd;
+        let mut name = spec.as_os_str().to_owned();
+        name.push(".lock");
+        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(PathBuf::from(name))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                return Ok(SpecLock { _file: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn spec_json(version: &str, gpus: &[(u32, &str)]) -> Value {
+        let devices: Vec<Value> = gpus
+            .iter()
+            .map(|(i, _)| {
+                json!({"name": i.to_string(), "containerEdits": {"deviceNodes": [
+                    {"path": format!("/dev/nvidia{i}"), "type": "c", "major": 195, "minor": i, "fileMode": 438}]}})
+            })
+            .chain(gpus.iter().map(|(i, uuid)| {
+                json!({"name": uuid, "containerEdits": {"deviceNodes": [
+                    {"path": format!("/dev/nvidia{i}"), "type": "c", "major": 195, "minor": i, "fileMode": 438}]}})
+            }))
+            .collect();
+        json!({
+            "cdiVersion": "0.6.0",
+            "kind": "nvidia.com/gpu",
+            "annotations": {"nvinject.io/driver-version": version, "nvinject.io/driver-root": "/drv"},
+            "devices": devices,
+            "containerEdits": {
+                "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                "deviceNodes": [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255, "fileMode": 438}],
+                "mounts": [{"hostPath": "/drv/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1", "options": ["ro", "bind"]}],
+                "hooks": [{"hookName": "createContainer", "path": "/opt/hook", "args": ["nvinject-hook", "update-ldcache"]}]
+            }
+        })
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        config: Config,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            for d in ["cdi", "bundle", "sys/module/nvidia"] {
+                fs::create_dir_all(dir.path().join(d)).unwrap();
+            }
+            fs::write(dir.path().join("sys/module/nvidia/version"), "550.54.15\n").unwrap();
+            let mut config = Config::default();
+            config.cdi.spec_dirs = vec![dir.path().join("cdi")];
+            config.regenerate.sys_root = dir.path().join("sys");
+            Fixture { dir, config }
+        }
+        fn spec_path(&self) -> PathBuf {
+            self.dir.path().join("cdi/nvidia.com-gpu.json")
+        }
+        fn write_spec(&self, version: &str) {
+            fs::write(self.spec_path(), serde_json::to_vec(&spec_json(version, &[(0, "GPU-aaa"), (1, "GPU-bbb")])).unwrap()).unwrap();
+        }
+        fn bundle(&self) -> PathBuf {
+            self.dir.path().join("bundle")
+        }
+        fn write_oci(&self, oci: &Value) -> Vec<u8> {
+            let bytes = serde_json::to_vec(oci).unwrap();
+            fs::write(self.bundle().join("config.json"), &bytes).unwrap();
+            bytes
+        }
+        fn read_oci(&self) -> Value {
+            serde_json::from_slice(&fs::read(self.bundle().join("config.json")).unwrap()).unwrap()
+        }
+    }
+
+    /// Writes a fresh spec for the loaded version; counts calls; can be told to fail.
+    struct FakeRegen {
+        calls: Arc<AtomicUsize>,
+        fail: bool,
+    }
+
+    impl Regenerate for FakeRegen {
+        fn regenerate(&self, request: &RegenerateRequest) -> Result<(), String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.fail {
+                return Err("NVML not loadable".into());
+            }
+            let spec = spec_json(&request.loaded_version, &[(0, "GPU-aaa"), (1, "GPU-bbb"), (2, "GPU-ccc")]);
+            crate::atomic::write_file(&request.spec_path, &serde_json::to_vec(&spec).unwrap(), 0o644).map_err(|e| e.to_string())
+        }
+    }
+
+    fn injector(f: &Fixture, fail: bool) -> (Injector, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        (Injector::new(&f.config, Box::new(FakeRegen { calls: calls.clone(), fail })), calls)
+    }
+
+    fn oci_with(annotations: Value) -> Value {
+        json!({"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"], "args": ["sh"]},
+               "root": {"path": "rootfs"}, "annotations": annotations, "x-unknown": {"kept": true},
+               "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}}})
+    }
+
+    #[test]
+    fn a_request_is_resolved_applied_and_written_keeping_unknown_fields() {
+        let f = Fixture::new();
+        f.write_spec("550.54.15");
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"})));
+        let (inj, calls) = injector(&f, false);
+        let out = inj.inject(&f.bundle()).unwrap();
+        assert_eq!(out.injected, ["nvidia.com/gpu=1"]);
+        assert!(out.wrote);
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "a fresh spec is not regenerated");
+        let oci = f.read_oci();
+        let paths: Vec<&str> = oci["linux"]["devices"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["/dev/nvidiactl", "/dev/nvidia1"]);
+        assert_eq!(oci["mounts"][0]["destination"], "/usr/lib/libcuda.so.1");
+        assert_eq!(oci["hooks"]["createContainer"][0]["path"], "/opt/hook");
+        assert_eq!(oci["x-unknown"], json!({"kept": true}));
+        assert_eq!(oci["process"]["env"], json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]));
+        // Only config.json in the bundle: no temp file left.
+        assert_eq!(fs::read_dir(f.bundle()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn two_devices_of_one_spec_get_its_common_edits_once() {
+        let f = Fixture::new();
+        f.write_spec("550.54.15");
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0,nvidia.com/gpu=GPU-bbb"})));
+        let (inj, _) = injector(&f, false);
+        inj.inject(&f.bundle()).unwrap();
+        let oci = f.read_oci();
+        assert_eq!(oci["linux"]["devices"].as_array().unwrap().len(), 3);
+        assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
+        assert_eq!(oci["hooks"]["createContainer"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn no_request_and_sandboxes_leave_the_file_byte_for_byte() {
+        let f = Fixture::new();
+        f.write_spec("550.54.15");
+        let (inj, _) = injector(&f, false);
+        for oci in [oci_with(json!({})), oci_with(json!({"io.kubernetes.cri.container-type": "sandbox", "cdi.k8s.io/a": "nvidia.com/gpu=1"}))] {
+            let before = f.write_oci(&oci);
+            let out = inj.inject(&f.bundle()).unwrap();
+            assert!(!out.wrote && out.injected.is_empty());
+            assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
+        }
+    }
+
+    #[test]
+    fn devices_already_in_the_spec_are_not_added_twice() {
+        let f = Fixture::new();
+        f.write_spec("550.54.15");
+        let mut oci = oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0,nvidia.com/gpu=1"}));
+        oci["linux"]["devices"] = json!([{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]);
+        f.write_oci(&oci);
+        let (inj, _) = injector(&f, false);
+        let out = inj.inject(&f.bundle()).unwrap();
+        assert_eq!(out.already_present, ["nvidia.com/gpu=0"]);
+        assert_eq!(out.injected, ["nvidia.com/gpu=1"]);
+        let count = f.read_oci()["linux"]["devices"].as_array().unwrap().iter().filter(|d| d["path"] == "/dev/nvidia0").count();
+        assert_eq!(count, 1);
+    }
+
+    #[test]
+    fn unresolvable_devices_are_refused_naming_device_and_dirs_and_change_nothing() {
+        let f = Fixture::new();
+        f.write_spec("550.54.15");
+        let before = f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=1,nvidia.com/gpu=9"})));
+        let (inj, _) = injector(&f, false);
+        let e = inj.inject(&f.bundle()).unwrap_err();
+        assert_eq!(e.code(), Code::FAILED_PRECONDITION);
+        let text = e.to_string();
+        assert!(text.contains("nvidia.com/gpu=9") && text.contains(&f.dir.path().join("cdi").display().to_string()), "{text}");
+        assert!(text.contains("annotations cdi.k8s.io/a"), "{text}");
+        assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
+
+        let rejection = inj
+            .before_create(&CreateTaskRequest { id: "c9".into(), bundle: f.bundle().to_string_lossy().into_owned(), ..Default::default() })
+            .unwrap_err();
+        assert!(rejection.message.starts_with("nvinject: container c9: unresolvable CDI device nvidia.com/gpu=9"), "{}", rejection.message);
+    }
+
+    #[test]
+    fn a_stale_spec_is_regenerated_once_then_used() {
+        let f = Fixture::new();
+        f.write_spec("535.104.05");
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=2"})));
+        let (inj, calls) = injector(&f, false);
+        let out = inj.inject(&f.bundle()).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(out.regenerated, [f.spec_path()]);
+        assert_eq!(out.injected, ["nvidia.com/gpu=2"], "GPU 2 exists only in the regenerated spec");
+        let spec = nvinject_cdi::load_file(&f.spec_path()).unwrap();
+        assert_eq!(spec.annotations[DRIVER_VERSION_ANNOTATION], "550.54.15");
+        // Fresh now: the next container does not regenerate.
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
+        inj.inject(&f.bundle()).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_failed_regeneration_fails_the_container_saying_why() {
+        let f = Fixture::new();
+        f.write_spec("535.104.05");
+        let before = f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
+        let (inj, _) = injector(&f, true);
+        let text = inj.inject(&f.bundle()).unwrap_err().to_string();
+        assert!(text.contains("535.104.05") && text.contains("550.54.15") && text.contains("NVML not loadable"), "{text}");
+        assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
+    }
+
+    #[test]
+    fn with_regeneration_off_a_stale_spec_is_used_as_it_is() {
+        let mut f = Fixture::new();
+        f.config.regenerate.enabled = false;
+        f.write_spec("535.104.05");
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
+        let (inj, calls) = injector(&f, false);
+        assert_eq!(inj.inject(&f.bundle()).unwrap().injected, ["nvidia.com/gpu=0"]);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_missing_spec_path_is_generated_on_first_request() {
+        let mut f = Fixture::new();
+        f.config.regenerate.spec_path = Some(f.spec_path());
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"})));
+        let (inj, calls) = injector(&f, false);
+        let out = inj.inject(&f.bundle()).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(out.injected, ["nvidia.com/gpu=1"]);
+    }
+
+    #[test]
+    fn unreadable_bundles_and_bad_names_map_to_distinct_codes() {
+        let f = Fixture::new();
+        let (inj, _) = injector(&f, false);
+        let e = inj.inject(&f.dir.path().join("nope")).unwrap_err();
+        assert_eq!(e.code(), Code::INTERNAL);
+        assert!(e.to_string().contains("config.json"));
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=bad name"})));
+        assert_eq!(inj.inject(&f.bundle()).unwrap_err().code(), Code::INVALID_ARGUMENT);
+    }
+}

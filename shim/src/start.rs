@@ -1,0 +1,230 @@
+//! The `start` action: start the inner runc shim, then put the proxy in front of it.
+//!
+//! containerd runs `<shim> [flags] start` in the bundle directory and reads the shim's address from
+//! stdout (see [`crate::reply`] for the forms). We run the runc shim's own `start` with the same
+//! arguments, environment, working directory and stdin, so it behaves exactly as if containerd had
+//! run it (including grouping a pod's containers onto one shim). Then either a proxy already
+//! serves that runc shim (a later container of the same pod) and we answer its address, or we
+//! claim the proxy socket, hand it to a new detached proxy process, and answer that.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::address::{AddressError, Claim, ShimAddress};
+use crate::inner::{self, InnerError};
+use crate::reply::{ReplyError, StartReply};
+
+/// The fd number the proxy process finds its listening socket on.
+pub const LISTEN_FD: RawFd = 3;
+
+/// Everything `start` needs, gathered by the binary from its arguments and environment.
+#[derive(Debug)]
+pub struct StartRequest<'a> {
+    /// The runc shim binary.
+    pub delegate: &'a Path,
+    /// Our command-line arguments after the program name, passed through verbatim.
+    pub args: &'a [OsString],
+    /// Everything containerd wrote to our stdin.
+    pub stdin: &'a [u8],
+    /// The bundle directory (our working directory).
+    pub bundle: &'a Path,
+    /// The container id (`-id`).
+    pub id: &'a str,
+    /// The containerd namespace (`-namespace`), for logs.
+    pub namespace: &'a str,
+    /// Our own executable, re-run as the proxy.
+    pub proxy_exe: &'a Path,
+    /// The configuration file the proxy should load.
+    pub config_path: &'a Path,
+}
+
+/// How `start` ended when nothing went wrong on our side.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StartOutcome {
+    /// The runc shim's own `start` failed: relay its output and exit code to containerd.
+    InnerFailed {
+        /// What it printed on stdout.
+        stdout: Vec<u8>,
+        /// Its exit code (1 if it was killed by a signal).
+        code: i32,
+    },
+    /// Print these bytes on stdout and exit 0.
+    Answer {
+        /// The rewritten answer.
+        stdout: Vec<u8>,
+        /// The proxy's address.
+        proxy: String,
+        /// Whether this call started the proxy (false: joined the pod's existing one).
+        started_proxy: bool,
+        /// Microseconds the runc shim's own `start` took.
+        inner_us: u64,
+    },
+}
+
+/// Failures of `start` after (or while) the runc shim started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Running or calling the runc shim failed.
+    #[error(transparent)]
+    Inner(#[from] InnerError),
+    /// The runc shim's answer is not understood.
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+    /// The runc shim's address cannot host a proxy next to it.
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    /// The proxy socket cannot be claimed.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The proxy address.
+        address: String,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The proxy process could not be started.
+    #[error("cannot start the nvinject proxy {exe}: {source}")]
+    SpawnProxy {
+        /// Our executable.
+        exe: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The bundle's `address` file could not be updated.
+    #[error("cannot write {path}: {source}")]
+    AddressFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+/// Runs `start` (see the module docs).
+pub fn start(request: &StartRequest<'_>) -> Result<StartOutcome, StartError> {
+    let t0 = std::time::Instant::now();
+    let inner_start = inner::run_start(request.delegate, request.args, request.stdin)?;
+    let inner_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if !inner_start.status.success() {
+        return Ok(StartOutcome::InnerFailed {
+            stdout: inner_start.stdout,
+            code: inner_start.status.code().unwrap_or(1),
+        });
+    }
+    let reply = StartReply::parse(&inner_start.stdout)?;
+    let inner_address = ShimAddress::parse(reply.address())?;
+    // From here on the runc shim runs but containerd does not know it: on failure, stop it.
+    match front(request, &reply, &inner_address, inner_us) {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            if let Err(shutdown) = inner::shutdown(&inner_address, request.id) {
+                tracing::warn!(error = %shutdown, "could not stop the runc shim after a failed start");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn front(
+    request: &StartRequest<'_>,
+    reply: &StartReply,
+    inner: &ShimAddress,
+    inner_us: u64,
+) -> Result<StartOutcome, StartError> {
+    let proxy = inner.proxy_address()?;
+    let listen_err = |source| StartError::Listen { address: proxy.to_string(), source };
+    let started_proxy = match proxy.bind_or_join().map_err(listen_err)? {
+        Claim::Existing => false,
+        Claim::New(listener) => {
+            let pid = inner_pid(request.bundle, inner, request.id)?;
+            spawn_proxy(request, inner, pid, &proxy, &listener)?;
+            true
+        }
+    };
+    let proxy_text = proxy.to_string();
+    rewrite_address_file(request.bundle, inner, &proxy_text)?;
+    Ok(StartOutcome::Answer {
+        stdout: reply.clone().with_address(&proxy_text).encode(),
+        proxy: proxy_text,
+        started_proxy,
+        inner_us,
+    })
+}
+
+/// The runc shim writes `shim.pid` in the bundle when it starts a new shim process; when it joined
+/// an existing one (and our proxy for it is gone), ask the shim itself.
+fn inner_pid(bundle: &Path, inner: &ShimAddress, id: &str) -> Result<u32, StartError> {
+    if let Ok(text) = std::fs::read_to_string(bundle.join("shim.pid"))
+        && let Ok(pid) = text.trim().parse::<u32>()
+    {
+        return Ok(pid);
+    }
+    Ok(inner::shim_pid(inner, id)?)
+}
+
+fn spawn_proxy(
+    request: &StartRequest<'_>,
+    inner: &ShimAddress,
+    inner_pid: u32,
+    proxy: &ShimAddress,
+    listener: &UnixListener,
+) -> Result<(), StartError> {
+    let listen_fd = listener.as_raw_fd();
+    let mut command = Command::new(request.proxy_exe);
+    command
+        .arg("proxy")
+        .arg("--inner")
+        .arg(inner.to_string())
+        .arg("--inner-pid")
+        .arg(inner_pid.to_string())
+        .arg("--listen")
+        .arg(proxy.to_string())
+        .arg("--config")
+        .arg(request.config_path)
+        .arg("--namespace")
+        .arg(request.namespace)
+        .arg("--bundle")
+        .arg(request.bundle)
+        // The proxy outlives this process; it must not hold containerd's pipes (containerd waits
+        // for them to close) nor keep the bundle directory busy.
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (setsid, dup2, fcntl) on plain integers; it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if listen_fd == LISTEN_FD {
+                // dup2 onto itself would keep close-on-exec set.
+                if libc::fcntl(LISTEN_FD, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(listen_fd, LISTEN_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().map_err(|source| StartError::SpawnProxy { exe: request.proxy_exe.to_owned(), source })?;
+    Ok(())
+}
+
+/// containerd re-reads `<bundle>/address` when it restarts; point it at the proxy, not the runc shim.
+fn rewrite_address_file(bundle: &Path, inner: &ShimAddress, proxy: &str) -> Result<(), StartError> {
+    let path = bundle.join("address");
+    let Ok(current) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    if ShimAddress::parse(&current).ok().as_ref() != Some(inner) {
+        return Ok(());
+    }
+    crate::atomic::write_file(&path, proxy.as_bytes(), 0o600).map_err(|source| StartError::AddressFile { path, source })
+}
