@@ -209,3 +209,29 @@ impl api::device_plugin_server::DevicePlugin for PluginService {
         Ok(Response::new(api::PreStartContainerResponse {}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::tests::{gpu, inventory, settings};
+    use crate::resources::{HostFacts, plan};
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn device_list_carries_health_and_numa() {
+        let inv = inventory(vec![gpu(0, 0, &[]), gpu(1, 1, &[])], &[]);
+        let p = plan(&inv, &settings(), &HostFacts::default()).unwrap();
+        let r = &p.resources[0];
+        let sick = HealthSnapshot {
+            unhealthy: Arc::new(BTreeSet::from(["GPU-10000000-0000-0000-0000-000000000000".to_string()])),
+        };
+        let list = device_list(r, &sick);
+        assert_eq!(list[0].health, "Healthy");
+        assert_eq!(list[1].health, "Unhealthy");
+        assert_eq!(list[1].topology.as_ref().unwrap().nodes[0].id, 1);
+        assert_eq!(
+            health_count(r, &sick),
+            ResourceHealthCount { resource: "nvidia.com/gpu".into(), healthy: 1, unhealthy: 1 }
+        );
+    }
+}

@@ -137,16 +137,21 @@ fn front(
 ) -> Result<StartOutcome, StartError> {
     let proxy = inner.proxy_address()?;
     let listen_err = |source| StartError::Listen { address: proxy.to_string(), source };
+    let t = std::time::Instant::now();
     let started_proxy = match proxy.bind_or_join().map_err(listen_err)? {
         Claim::Existing => false,
         Claim::New(listener) => {
+            eprintln!("TIMING bind {:?}", t.elapsed());
             let pid = inner_pid(request.bundle, inner, request.id)?;
+            eprintln!("TIMING pid {:?}", t.elapsed());
             spawn_proxy(request, inner, pid, &proxy, &listener)?;
+            eprintln!("TIMING spawn {:?}", t.elapsed());
             true
         }
     };
     let proxy_text = proxy.to_string();
     rewrite_address_file(request.bundle, inner, &proxy_text)?;
+    eprintln!("TIMING addr {:?}", t.elapsed());
     Ok(StartOutcome::Answer {
         stdout: reply.clone().with_address(&proxy_text).encode(),
         proxy: proxy_text,
