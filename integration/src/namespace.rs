@@ -263,7 +263,8 @@ pub struct Outcome {
 
 /// Runs the body of test `test` inside private namespaces (when called inside the re-run) or arranges the
 /// re-run and checks the host afterwards (when called from the test harness). Panics, as a test should,
-/// on failure or on anything left behind, with what and where.
+/// on failure or on anything left behind, with what and where. `test` is the test's name as libtest
+/// knows it (`module::name` for a test inside a module), since the re-run selects it with `--exact`.
 pub fn isolated(test: &str, timeout: Duration, body: impl FnOnce(&Inside)) {
     if let Some(inside) = inside(test) {
         body(&inside);
@@ -340,6 +341,9 @@ pub fn run_outside(test: &str, timeout: Duration) -> Result<Outcome, NsError> {
             }
             let _ = child.kill();
             let _ = child.wait();
+            // Killed, the body could not remove its cgroups: do it here (they are empty now).
+            std::thread::sleep(Duration::from_millis(200));
+            remove_cgroup_tree(&cgroup_name_for(&work));
             return Err(NsError::Timeout { test: test.to_owned(), timeout, killed });
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -378,6 +382,10 @@ pub fn run_outside(test: &str, timeout: Duration) -> Result<Outcome, NsError> {
             leftovers.push(format!("cgroup left: {}", dir.display()));
         }
     }
+    // Reported above; removed now so that a failing test does not leave the host dirty.
+    for failure in remove_cgroup_tree(&cgroup_name) {
+        leftovers.push(failure);
+    }
     leftovers.extend(HostSnapshot::differences(&before, &HostSnapshot::take()));
 
     let passed = status.success();
@@ -404,6 +412,36 @@ fn forward(stream: impl std::io::Read) {
 fn short_name(test: &str) -> String {
     let last = test.rsplit("::").next().unwrap_or(test);
     last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).take(40).collect()
+}
+
+/// Removes `/<name>` and everything below it in every cgroup hierarchy, deepest first; returns what
+/// could not be removed (a cgroup still holding a process).
+pub fn remove_cgroup_tree(name: &str) -> Vec<String> {
+    fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(entries) = fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    collect(&e.path(), out);
+                }
+            }
+        }
+        out.push(dir.to_path_buf());
+    }
+    let mut failures = Vec::new();
+    for (mount_point, _, _) in cgroup_mounts() {
+        let root = mount_point.join(name);
+        if !root.is_dir() {
+            continue;
+        }
+        let mut dirs = Vec::new();
+        collect(&root, &mut dirs);
+        for dir in dirs {
+            if let Err(e) = fs::remove_dir(&dir) {
+                failures.push(format!("cannot remove cgroup {}: {e}", dir.display()));
+            }
+        }
+    }
+    failures
 }
 
 /// The cgroup name an isolated test uses (under every hierarchy's root): the work dir's name, so the

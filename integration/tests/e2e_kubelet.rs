@@ -150,7 +150,7 @@ fn isolation_reports_what_a_test_leaves_behind() {
     assert!(left.contains("cgroup left: "), "leaked cgroup not reported:\n{left}");
     assert!(!left.contains("host path"), "the shadow must not touch the host:\n{left}");
     assert_eq!(host_kubelet_dir.exists(), existed_before, "{} on the host", host_kubelet_dir.display());
-    // The outer side killed the process (by PID); clean up the cgroup and the work dir it kept.
+    // The outer side killed the process (by PID) and removed the cgroup; the work dir it kept goes now.
     let proc_dir = Path::new("/proc").join(pid.trim());
     let deadline = Instant::now() + Duration::from_secs(10);
     while proc_dir.exists() && Instant::now() < deadline {
@@ -159,7 +159,7 @@ fn isolation_reports_what_a_test_leaves_behind() {
     assert!(!proc_dir.exists(), "leaked process {pid} still alive after the outer side killed it");
     let name = namespace::cgroup_name_for(&outcome.work);
     for (mount_point, _, _) in namespace::cgroup_mounts() {
-        let _ = fs::remove_dir(mount_point.join(&name));
+        assert!(!mount_point.join(&name).exists(), "cgroup {name} still in {}", mount_point.display());
     }
     fs::remove_dir_all(&outcome.work).unwrap();
 }
@@ -243,7 +243,9 @@ fn installer(action: &str, sim: &SimNode, shim_link: &Path) -> Command {
     cmd
 }
 
-/// A pod whose one container `main` runs the probe image: it reports what it sees, then pauses.
+/// A pod whose one container `main` runs the probe image: it reports what it sees, then pauses. Every
+/// pod of a run has its own name: the kubelet derives a static pod's UID from its manifest, and a
+/// reused UID would find the old allocation in the kubelet's checkpoint.
 fn probe_pod(name: &str, gpus: usize) -> StaticPod {
     let script = format!("{PROBE_PATH} report; exec {PROBE_PATH} pause");
     let pod = StaticPod::single(name, PROBE_IMAGE, &["/bin/sh", "-c", &script]);

@@ -1,5 +1,5 @@
-//! Talking to the inner runc shim: running its binary, and the few task-API calls the proxy makes on
-//! its own account (`Connect` to learn its PID, `Shutdown` to clean up after a failed start).
+//! Talking to the inner runc shim: running its binary, and the one task-API call the proxy makes on
+//! its own account (`Shutdown`, to clean up after a failed start).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use containerd_shim_protos::api::{ConnectRequest, ConnectResponse, ShutdownRequest};
+use containerd_shim_protos::api::ShutdownRequest;
 use protobuf::Message;
 use ttrpc::proto::Request;
 
@@ -115,18 +115,6 @@ fn call(address: &ShimAddress, method: &'static str, payload: Vec<u8>, timeout: 
         }
     }
     Err(fail(last))
-}
-
-/// Asks the inner shim for its PID (`Connect` answers for any id).
-pub fn shim_pid(address: &ShimAddress, id: &str) -> Result<u32, InnerError> {
-    let payload = ConnectRequest { id: id.to_owned(), ..Default::default() }.write_to_bytes().unwrap_or_default();
-    let answer = call(address, "Connect", payload, Duration::from_secs(5))?;
-    let response = ConnectResponse::parse_from_bytes(&answer).map_err(|e| InnerError::Call {
-        method: "Connect",
-        address: address.to_string(),
-        message: format!("undecodable answer: {e}"),
-    })?;
-    Ok(response.shim_pid)
 }
 
 /// Asks the inner shim to exit if it serves no container any more (what containerd does after a

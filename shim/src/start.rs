@@ -137,21 +137,15 @@ fn front(
 ) -> Result<StartOutcome, StartError> {
     let proxy = inner.proxy_address()?;
     let listen_err = |source| StartError::Listen { address: proxy.to_string(), source };
-    let t = std::time::Instant::now();
     let started_proxy = match proxy.bind_or_join().map_err(listen_err)? {
         Claim::Existing => false,
         Claim::New(listener) => {
-            eprintln!("TIMING bind {:?}", t.elapsed());
-            let pid = inner_pid(request.bundle, inner, request.id)?;
-            eprintln!("TIMING pid {:?}", t.elapsed());
-            spawn_proxy(request, inner, pid, &proxy, &listener)?;
-            eprintln!("TIMING spawn {:?}", t.elapsed());
+            spawn_proxy(request, inner, &proxy, &listener)?;
             true
         }
     };
     let proxy_text = proxy.to_string();
     rewrite_address_file(request.bundle, inner, &proxy_text)?;
-    eprintln!("TIMING addr {:?}", t.elapsed());
     Ok(StartOutcome::Answer {
         stdout: reply.clone().with_address(&proxy_text).encode(),
         proxy: proxy_text,
@@ -160,21 +154,9 @@ fn front(
     })
 }
 
-/// The runc shim writes `shim.pid` in the bundle when it starts a new shim process; when it joined
-/// an existing one (and our proxy for it is gone), ask the shim itself.
-fn inner_pid(bundle: &Path, inner: &ShimAddress, id: &str) -> Result<u32, StartError> {
-    if let Ok(text) = std::fs::read_to_string(bundle.join("shim.pid"))
-        && let Ok(pid) = text.trim().parse::<u32>()
-    {
-        return Ok(pid);
-    }
-    Ok(inner::shim_pid(inner, id)?)
-}
-
 fn spawn_proxy(
     request: &StartRequest<'_>,
     inner: &ShimAddress,
-    inner_pid: u32,
     proxy: &ShimAddress,
     listener: &UnixListener,
 ) -> Result<(), StartError> {
@@ -184,8 +166,6 @@ fn spawn_proxy(
         .arg("proxy")
         .arg("--inner")
         .arg(inner.to_string())
-        .arg("--inner-pid")
-        .arg(inner_pid.to_string())
         .arg("--listen")
         .arg(proxy.to_string())
         .arg("--config")

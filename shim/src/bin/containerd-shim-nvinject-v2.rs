@@ -100,8 +100,8 @@ fn shim_action(args: &[OsString]) -> anyhow::Result<i32> {
             drop(stdout);
             if config.runtime.log_file.is_some() && config.runtime.log_level == "debug" {
                 // Only to the file: stdout and stderr belong to containerd's protocol.
-                init_logging(&config.runtime, None, &flags.namespace);
                 let total_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+                init_logging(&config.runtime, None, &flags.namespace);
                 tracing::debug!(id = %flags.id, proxy, started_proxy, inner_us, total_us, "shim start");
             }
             Ok(0)
@@ -116,9 +116,6 @@ struct ProxyArgs {
     /// The runc shim's ttrpc address.
     #[arg(long)]
     inner: String,
-    /// The runc shim's PID; the proxy exits with it.
-    #[arg(long)]
-    inner_pid: u32,
     /// Our own address (the listening socket is inherited as fd 3).
     #[arg(long)]
     listen: String,
@@ -173,7 +170,7 @@ fn proxy(
     };
     let gate = Injector::new(&config, Box::new(regenerator));
     tracing::debug!(init_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX), "proxy initialised");
-    daemon::run(listener, own, inner, args.inner_pid, Arc::new(gate))?;
+    daemon::run(listener, own, inner, Arc::new(gate))?;
     Ok(())
 }
 
