@@ -135,17 +135,26 @@ fn front(
     inner: &ShimAddress,
     inner_us: u64,
 ) -> Result<StartOutcome, StartError> {
+    let tt = std::time::Instant::now();
+    let mut marks = Vec::new();
     let proxy = inner.proxy_address()?;
     let listen_err = |source| StartError::Listen { address: proxy.to_string(), source };
     let started_proxy = match proxy.bind_or_join().map_err(listen_err)? {
         Claim::Existing => false,
         Claim::New(listener) => {
+            marks.push(("bind", tt.elapsed()));
             spawn_proxy(request, inner, &proxy, &listener)?;
+            marks.push(("spawn", tt.elapsed()));
             true
         }
     };
     let proxy_text = proxy.to_string();
     rewrite_address_file(request.bundle, inner, &proxy_text)?;
+    marks.push(("addr", tt.elapsed()));
+    use std::io::Write as _;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open("/tmp/nvinject-timing.log") {
+        let _ = writeln!(f, "{marks:?}");
+    }
     Ok(StartOutcome::Answer {
         stdout: reply.clone().with_address(&proxy_text).encode(),
         proxy: proxy_text,
