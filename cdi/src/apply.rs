@@ -60,7 +60,9 @@ pub fn apply_edits(oci: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyE
     if !edits.mounts.is_empty() {
         let mounts = array_at(oci, &["mounts"])?;
         for mount in &edits.mounts {
-            mounts.retain(|m| m.get("destination").and_then(Value::as_str) != Some(mount.container_path.as_str()));
+            mounts.retain(|m| {
+                m.get("destination").and_then(Value::as_str) != Some(mount.container_path.as_str())
+            });
             mounts.push(oci_mount(mount));
         }
         // Stable: among mounts of equal depth the original order (and so the later-wins rule) stays.
@@ -190,9 +192,8 @@ fn array_at<'a>(oci: &'a mut Value, path: &[&str]) -> Result<&'a mut Vec<Value>,
 
 fn set_env(env: &mut Vec<Value>, entry: &str) {
     let name = entry.split_once('=').map_or(entry, |(n, _)| n);
-    let existing = env.iter_mut().find(|e| {
-        e.as_str().is_some_and(|s| s.split_once('=').map_or(s, |(n, _)| n) == name)
-    });
+    let existing =
+        env.iter_mut().find(|e| e.as_str().is_some_and(|s| s.split_once('=').map_or(s, |(n, _)| n) == name));
     match existing {
         Some(slot) => *slot = json!(entry),
         None => env.push(json!(entry)),
@@ -237,7 +238,11 @@ fn oci_device(node: &DeviceNode, user: (Option<u32>, Option<u32>)) -> Result<Map
     Ok(dev)
 }
 
-fn add_device(oci: &mut Value, node: &DeviceNode, user: (Option<u32>, Option<u32>)) -> Result<(), ApplyError> {
+fn add_device(
+    oci: &mut Value,
+    node: &DeviceNode,
+    user: (Option<u32>, Option<u32>),
+) -> Result<(), ApplyError> {
     let dev = oci_device(node, user)?;
     let devices = array_at(oci, &["linux", "devices"])?;
     devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(node.path.as_str()));
@@ -321,15 +326,25 @@ mod tests {
         let mut oci = base();
         let mut first = node("/dev/nvidia0", 0);
         first.minor = Some(99);
-        let edits = ContainerEdits { device_nodes: vec![first, node("/dev/nvidia0", 0), node("/dev/nvidiactl", 255)], ..Default::default() };
+        let edits = ContainerEdits {
+            device_nodes: vec![first, node("/dev/nvidia0", 0), node("/dev/nvidiactl", 255)],
+            ..Default::default()
+        };
         apply_edits(&mut oci, &edits).unwrap();
         let devices = oci["linux"]["devices"].as_array().unwrap();
         assert_eq!(devices.len(), 2, "same path replaced, not duplicated: {devices:?}");
-        assert_eq!(devices[0], json!({"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}));
+        assert_eq!(
+            devices[0],
+            json!({"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666})
+        );
         let rules = oci["linux"]["resources"]["devices"].as_array().unwrap();
         assert_eq!(rules[0], json!({"allow": false, "access": "rwm"}), "the deny-all rule stays first");
-        assert!(rules.contains(&json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"})));
-        assert!(rules.contains(&json!({"allow": true, "type": "c", "major": 195, "minor": 255, "access": "rwm"})));
+        assert!(
+            rules.contains(&json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}))
+        );
+        assert!(
+            rules.contains(&json!({"allow": true, "type": "c", "major": 195, "minor": 255, "access": "rwm"}))
+        );
         assert!(has_device_node(&oci, "/dev/nvidiactl"));
         assert!(!has_device_node(&oci, "/dev/nvidia1"));
     }
@@ -341,8 +356,11 @@ mod tests {
         let mut owned = node("/dev/nvidia1", 1);
         owned.uid = Some(5);
         owned.permissions = Some("rw".into());
-        apply_edits(&mut oci, &ContainerEdits { device_nodes: vec![node("/dev/nvidia0", 0), owned], ..Default::default() })
-            .unwrap();
+        apply_edits(
+            &mut oci,
+            &ContainerEdits { device_nodes: vec![node("/dev/nvidia0", 0), owned], ..Default::default() },
+        )
+        .unwrap();
         assert_eq!(oci["linux"]["devices"][0]["uid"], json!(1000));
         assert_eq!(oci["linux"]["devices"][0]["gid"], json!(1001));
         assert_eq!(oci["linux"]["devices"][1]["uid"], json!(5));
@@ -383,11 +401,17 @@ mod tests {
         apply_edits(&mut oci, &edits).unwrap();
         let dests: Vec<&str> =
             oci["mounts"].as_array().unwrap().iter().map(|m| m["destination"].as_str().unwrap()).collect();
-        assert_eq!(dests, ["/proc", "/dev", "/dev/shm", "/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libcuda.so.550"]);
+        assert_eq!(
+            dests,
+            ["/proc", "/dev", "/dev/shm", "/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libcuda.so.550"]
+        );
         let shm = &oci["mounts"][2];
         assert_eq!(shm["source"], json!("/new-shm"));
-        assert_eq!(oci["mounts"][3], json!({"destination": "/usr/bin/nvidia-smi", "source": "/drv/usr/bin/nvidia-smi",
-            "options": ["ro", "nosuid", "nodev", "bind"]}));
+        assert_eq!(
+            oci["mounts"][3],
+            json!({"destination": "/usr/bin/nvidia-smi", "source": "/drv/usr/bin/nvidia-smi",
+            "options": ["ro", "nosuid", "nodev", "bind"]})
+        );
     }
 
     #[test]
@@ -397,7 +421,12 @@ mod tests {
             hooks: vec![Hook {
                 hook_name: "createContainer".into(),
                 path: "/usr/local/nvinject/bin/nvinject-hook".into(),
-                args: vec!["nvinject-hook".into(), "update-ldcache".into(), "--folder".into(), "/usr/lib/x86_64-linux-gnu".into()],
+                args: vec![
+                    "nvinject-hook".into(),
+                    "update-ldcache".into(),
+                    "--folder".into(),
+                    "/usr/lib/x86_64-linux-gnu".into(),
+                ],
                 env: vec![],
                 timeout: Some(10),
             }],
@@ -418,7 +447,11 @@ mod tests {
     fn fields_the_edits_do_not_touch_survive_in_order() {
         let mut oci = base();
         let before = oci.clone();
-        apply_edits(&mut oci, &ContainerEdits { device_nodes: vec![node("/dev/nvidia0", 0)], ..Default::default() }).unwrap();
+        apply_edits(
+            &mut oci,
+            &ContainerEdits { device_nodes: vec![node("/dev/nvidia0", 0)], ..Default::default() },
+        )
+        .unwrap();
         assert_eq!(oci["someFutureField"], before["someFutureField"]);
         assert_eq!(oci["process"], before["process"]);
         assert_eq!(oci["mounts"], before["mounts"]);
@@ -447,8 +480,11 @@ mod tests {
 
         let mut oci = base();
         let incomplete = DeviceNode { path: "/dev/nvidia9".into(), ..Default::default() };
-        let e = apply_edits(&mut oci, &ContainerEdits { env: vec!["A=1".into()], device_nodes: vec![incomplete], ..Default::default() })
-            .unwrap_err();
+        let e = apply_edits(
+            &mut oci,
+            &ContainerEdits { env: vec!["A=1".into()], device_nodes: vec![incomplete], ..Default::default() },
+        )
+        .unwrap_err();
         assert!(e.field.contains("/dev/nvidia9") && e.message.contains("type"), "{e}");
         assert_eq!(oci, base());
     }
@@ -456,7 +492,11 @@ mod tests {
     #[test]
     fn absent_and_null_sections_are_created() {
         let mut oci = json!({"ociVersion": "1.0.2", "linux": null});
-        let edits = ContainerEdits { env: vec!["A=1".into()], device_nodes: vec![node("/dev/nvidia0", 0)], ..Default::default() };
+        let edits = ContainerEdits {
+            env: vec!["A=1".into()],
+            device_nodes: vec![node("/dev/nvidia0", 0)],
+            ..Default::default()
+        };
         apply_edits(&mut oci, &edits).unwrap();
         assert_eq!(oci["process"]["env"], json!(["A=1"]));
         assert_eq!(oci["linux"]["devices"][0]["path"], json!("/dev/nvidia0"));

@@ -72,7 +72,8 @@ fn main() {
             },
         ),
     ];
-    let mut series: Vec<Series> = variants.iter().map(|(name, _)| Series { name, samples: Vec::new() }).collect();
+    let mut series: Vec<Series> =
+        variants.iter().map(|(name, _)| Series { name, samples: Vec::new() }).collect();
 
     // Warm up page cache, snapshotter and binaries.
     for (i, (_, opts)) in variants.iter().enumerate() {
@@ -92,8 +93,13 @@ fn main() {
         }
     }
 
-    println!("\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved ==");
-    println!("{:<14} {:>10} {:>10} {:>10} {:>10} {:>10}", "runtime", "median ms", "mean ms", "p10 ms", "p90 ms", "max ms");
+    println!(
+        "\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved =="
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "runtime", "median ms", "mean ms", "p10 ms", "p90 ms", "max ms"
+    );
     for s in &series {
         let sorted = s.sorted();
         println!(
@@ -107,12 +113,45 @@ fn main() {
         );
     }
     let base = series[0].median();
-    println!("ratio nvinject/runc (no device, the proxy alone): {:.3} (median), {:.3} (mean)", series[1].median() / base, series[1].mean() / series[0].mean());
+    println!(
+        "ratio nvinject/runc (no device, the proxy alone): {:.3} (median), {:.3} (mean)",
+        series[1].median() / base,
+        series[1].mean() / series[0].mean()
+    );
     println!(
         "ratio nvinject+gpu/runc (1 GPU: injection + CDI hooks): {:.3} (median), {:.3} (mean)",
         series[2].median() / base,
         series[2].mean() / series[0].mean()
     );
+
+    // Where the GPU case's extra time goes: the same GPU request with the spec's hooks removed
+    // (no nvinject-hook runs; device nodes, mounts and env still injected), against runc again.
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&node.spec_path).expect("spec")).expect("json");
+    if let Some(edits) = spec["containerEdits"].as_object_mut() {
+        edits.remove("hooks");
+    }
+    std::fs::write(&node.spec_path, serde_json::to_vec(&spec).expect("json")).expect("write spec");
+    let mut no_hooks = Series { name: "nvinject+gpu, no hooks", samples: Vec::new() };
+    let mut runc_again = Series { name: "runc", samples: Vec::new() };
+    for round in 0..runs {
+        for (tag, series, opts) in
+            [("runc", &mut runc_again, &variants[0].1), ("gpu", &mut no_hooks, &variants[2].1)]
+        {
+            let t = Instant::now();
+            let r = node.run(&format!("nh-{tag}-{round}"), opts).expect("run");
+            assert_eq!(r.status, 0, "{}", r.stderr);
+            series.samples.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    println!(
+        "\n== the GPU case without the CDI hooks (same request, hooks removed from the spec), {runs} runs each =="
+    );
+    for s in [&runc_again, &no_hooks] {
+        let sorted = s.sorted();
+        println!("{:<24} median {:>7.1} ms   p90 {:>7.1} ms", s.name, s.median(), percentile(&sorted, 0.9));
+    }
+    println!("ratio (no hooks)/runc: {:.3} (median)", no_hooks.median() / runc_again.median());
 
     // The shim's own work per container, from its log lines.
     let mut read = Vec::new();
@@ -122,7 +161,11 @@ fn main() {
     for round in 0..runs {
         for line in node.shim_log_for(&format!("b-2-{round}")) {
             if line["message"] == "container create" {
-                let (r, i, w) = (line["read_us"].as_f64().unwrap_or(0.0), line["inject_us"].as_f64().unwrap_or(0.0), line["write_us"].as_f64().unwrap_or(0.0));
+                let (r, i, w) = (
+                    line["read_us"].as_f64().unwrap_or(0.0),
+                    line["inject_us"].as_f64().unwrap_or(0.0),
+                    line["write_us"].as_f64().unwrap_or(0.0),
+                );
                 read.push(r);
                 inject.push(i);
                 write.push(w);
@@ -135,7 +178,12 @@ fn main() {
     }
     println!("\n== shim's own time per GPU container (from its log lines, {} samples) ==", total.len());
     println!("{:<28} {:>10} {:>10}", "step", "median us", "p90 us");
-    for (name, v) in [("read+parse config.json", &read), ("resolve+apply CDI edits", &inject), ("serialize+write (rename)", &write), ("total", &total)] {
+    for (name, v) in [
+        ("read+parse config.json", &read),
+        ("resolve+apply CDI edits", &inject),
+        ("serialize+write (rename)", &write),
+        ("total", &total),
+    ] {
         println!("{:<28} {:>10.0} {:>10.0}", name, percentile(v, 0.5), percentile(v, 0.9));
     }
 
@@ -145,7 +193,8 @@ fn main() {
     for round in 0..runs {
         for line in node.shim_log_for(&format!("b-1-{round}")) {
             if line["message"] == "shim start" {
-                let (t, i) = (line["total_us"].as_f64().unwrap_or(0.0), line["inner_us"].as_f64().unwrap_or(0.0));
+                let (t, i) =
+                    (line["total_us"].as_f64().unwrap_or(0.0), line["inner_us"].as_f64().unwrap_or(0.0));
                 extra.push(t - i);
                 inner.push(i);
             }
@@ -154,19 +203,44 @@ fn main() {
     extra.sort_by(|a, b| a.total_cmp(b));
     inner.sort_by(|a, b| a.total_cmp(b));
     println!("\n== `start` (no device, {} samples) ==", extra.len());
-    println!("runc shim's own start inside ours: median {:.0} us, p90 {:.0} us", percentile(&inner, 0.5), percentile(&inner, 0.9));
-    println!("added by ours (proxy socket, spawn, answer): median {:.0} us, p90 {:.0} us", percentile(&extra, 0.5), percentile(&extra, 0.9));
+    println!(
+        "runc shim's own start inside ours: median {:.0} us, p90 {:.0} us",
+        percentile(&inner, 0.5),
+        percentile(&inner, 0.9)
+    );
+    println!(
+        "added by ours (proxy socket, spawn, answer): median {:.0} us, p90 {:.0} us",
+        percentile(&extra, 0.5),
+        percentile(&extra, 0.9)
+    );
 
     // Memory per pod: a long-running GPU container, then its proxy's and its runc shim's memory.
     let mut cmd = node.containerd.ctr();
-    cmd.args(["run", "-d", "--runtime", "io.containerd.nvinject.v2", "--annotation", "cdi.k8s.io/bench=nvidia.com/gpu=0", PROBE_IMAGE, "rss", PROBE_PATH, "pause"]);
+    cmd.args([
+        "run",
+        "-d",
+        "--runtime",
+        "io.containerd.nvinject.v2",
+        "--annotation",
+        "cdi.k8s.io/bench=nvidia.com/gpu=0",
+        PROBE_IMAGE,
+        "rss",
+        PROBE_PATH,
+        "pause",
+    ]);
     process::run(&mut cmd).expect("detached container");
     std::thread::sleep(Duration::from_millis(500));
     let shims = node.containerd.shim_processes();
     println!("\n== memory per pod (one running GPU container) ==");
     for p in &shims {
         let role = if p.argv.iter().any(|a| a == "proxy") { "nvinject proxy" } else { "runc shim (inner)" };
-        println!("{:<20} pid {:<8} RSS {:>6} KiB   PSS {:>6} KiB", role, p.pid, p.rss_kib, pss_kib(p.pid).unwrap_or(0));
+        println!(
+            "{:<20} pid {:<8} RSS {:>6} KiB   PSS {:>6} KiB",
+            role,
+            p.pid,
+            p.rss_kib,
+            pss_kib(p.pid).unwrap_or(0)
+        );
     }
     let _ = node.containerd.ctr().args(["tasks", "kill", "-s", "SIGKILL", "rss"]).output();
     std::thread::sleep(Duration::from_millis(300));

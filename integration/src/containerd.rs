@@ -85,7 +85,14 @@ impl Containerd {
         let socket = base.join("containerd.sock");
         let config = base.join("config.toml");
         let log = base.join("containerd.log");
-        for dir in [&root, &state, &base.join("cni-bin"), &base.join("cni-conf"), &base.join("opt"), &base.join("pod-logs")] {
+        for dir in [
+            &root,
+            &state,
+            &base.join("cni-bin"),
+            &base.join("cni-conf"),
+            &base.join("opt"),
+            &base.join("pod-logs"),
+        ] {
             fs::create_dir_all(dir).map_err(io("create", dir))?;
         }
         fs::write(&config, Self::config_text(&base, options)).map_err(io("write", &config))?;
@@ -111,7 +118,18 @@ impl Containerd {
         let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let namespace = format!("nvt-{}-{n}", std::process::id());
         let pid = child.id();
-        let mut me = Containerd { base, socket, root, state, config, log, namespace, pid, cri: options.cri, child: Some(child) };
+        let mut me = Containerd {
+            base,
+            socket,
+            root,
+            state,
+            config,
+            log,
+            namespace,
+            pid,
+            cri: options.cri,
+            child: Some(child),
+        };
         let ready = process::wait_for("containerd to answer", Duration::from_secs(30), || {
             let out = me.ctr().arg("version").output().ok()?;
             out.status.success().then_some(())
@@ -184,7 +202,12 @@ impl Containerd {
     /// Imports an image into another namespace (CRI uses `k8s.io`).
     pub fn import_into(&self, image: &BuiltImage, namespace: &str) -> Result<()> {
         let mut cmd = Command::new("/usr/bin/ctr");
-        cmd.arg("--address").arg(&self.socket).arg("--namespace").arg(namespace).args(["images", "import"]).arg(&image.tar);
+        cmd.arg("--address")
+            .arg(&self.socket)
+            .arg("--namespace")
+            .arg(namespace)
+            .args(["images", "import"])
+            .arg(&image.tar);
         process::run(&mut cmd)?;
         Ok(())
     }
@@ -209,6 +232,30 @@ impl Containerd {
         found
     }
 
+    /// The server's version as `ctr version` reports it (e.g. `1.6.20~ds1`).
+    pub fn server_version(&self) -> Result<String> {
+        let out = process::run(self.ctr().arg("version"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let server = text.split("Server:").nth(1).unwrap_or_default();
+        Ok(server
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_owned())
+    }
+
+    /// The socket files a shim for group `id` (a container id, or a pod's sandbox id) uses: the runc
+    /// shim's (`/run/containerd/s/<sha256(address/namespace/id)>`, as containerd 1.6 names it) and
+    /// our proxy's next to it.
+    pub fn shim_sockets(&self, namespace: &str, id: &str) -> [PathBuf; 2] {
+        use sha2::{Digest, Sha256};
+        let key = format!("{}/{namespace}/{id}", self.socket.display());
+        let hex: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        let runc = Path::new("/run/containerd/s").join(&hex);
+        [runc, Path::new("/run/containerd/s").join(format!("{hex}.nvinject"))]
+    }
+
     /// What of this instance is still there (call after [`Containerd::stop`]).
     pub fn leftovers(&self) -> Leftovers {
         let mut processes = self.shim_processes();
@@ -222,7 +269,11 @@ impl Containerd {
     pub fn remove_all_containers(&self) {
         for ns in [self.namespace.as_str(), "k8s.io"] {
             let mut list = Command::new("/usr/bin/ctr");
-            list.arg("--address").arg(&self.socket).arg("--namespace").arg(ns).args(["containers", "list", "-q"]);
+            list.arg("--address").arg(&self.socket).arg("--namespace").arg(ns).args([
+                "containers",
+                "list",
+                "-q",
+            ]);
             let Ok(out) = list.output() else { continue };
             for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
                 let ctr = |args: &[&str]| {

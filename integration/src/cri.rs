@@ -12,10 +12,11 @@ use hyper_util::rt::TokioIo;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest, CreateContainerRequest, ImageSpec, KeyValue,
-    LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
-    ListContainersRequest, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
+    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest, CreateContainerRequest,
+    ImageSpec, KeyValue, LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, ListContainersRequest, NamespaceMode, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopPodSandboxRequest,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -65,10 +66,10 @@ fn cri_err(call: &'static str) -> impl FnOnce(tonic::Status) -> HarnessError {
 impl CriClient {
     /// Connects to containerd's CRI endpoint at `socket`.
     pub fn connect(socket: &Path) -> Result<CriClient> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| HarnessError::Cri {
-            call: "connect",
-            message: e.to_string(),
-        })?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
         let path = socket.to_owned();
         let channel = rt
             .block_on(async move {
@@ -76,17 +77,28 @@ impl CriClient {
                     .expect("static uri")
                     .connect_with_connector(tower::service_fn(move |_: Uri| {
                         let path = path.clone();
-                        async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+                        async move {
+                            Ok::<_, std::io::Error>(TokioIo::new(
+                                tokio::net::UnixStream::connect(path).await?,
+                            ))
+                        }
                     }))
                     .await
             })
             .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
-        Ok(CriClient { rt, runtime: RuntimeServiceClient::new(channel.clone()), images: ImageServiceClient::new(channel) })
+        Ok(CriClient {
+            rt,
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+        })
     }
 
     /// Whether the image is known to the CRI plugin (imported into `k8s.io`).
     pub fn has_image(&mut self, image: &str) -> Result<bool> {
-        let req = k8s_cri::v1::ImageStatusRequest { image: Some(ImageSpec { image: image.into(), ..Default::default() }), verbose: false };
+        let req = k8s_cri::v1::ImageStatusRequest {
+            image: Some(ImageSpec { image: image.into(), ..Default::default() }),
+            verbose: false,
+        };
         let resp = self.rt.block_on(self.images.image_status(req)).map_err(cri_err("ImageStatus"))?;
         Ok(resp.into_inner().image.is_some())
     }
@@ -105,21 +117,30 @@ impl CriClient {
         let log_dir = log_root.join(format!("default_{name}_{uid}"));
         std::fs::create_dir_all(&log_dir).map_err(crate::error::io("create", &log_dir))?;
         let config = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata { name: name.into(), uid, namespace: "default".into(), attempt: 0 }),
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid,
+                namespace: "default".into(),
+                attempt: 0,
+            }),
             hostname: String::new(),
             log_directory: log_dir.to_string_lossy().into_owned(),
             annotations,
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: cgroup_parent.into(),
                 security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(NamespaceOption { network: NamespaceMode::Node as i32, ..Default::default() }),
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let req = RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: runtime_handler.into() };
+        let req =
+            RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: runtime_handler.into() };
         let resp = self.rt.block_on(self.runtime.run_pod_sandbox(req)).map_err(cri_err("RunPodSandbox"))?;
         Ok(Pod { id: resp.into_inner().pod_sandbox_id, config, log_dir })
     }
@@ -136,15 +157,23 @@ impl CriClient {
             linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
                     privileged: request.privileged,
-                    namespace_options: Some(NamespaceOption { network: NamespaceMode::Node as i32, ..Default::default() }),
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let req = CreateContainerRequest { pod_sandbox_id: pod.id.clone(), config: Some(config), sandbox_config: Some(pod.config.clone()) };
-        let resp = self.rt.block_on(self.runtime.create_container(req)).map_err(cri_err("CreateContainer"))?;
+        let req = CreateContainerRequest {
+            pod_sandbox_id: pod.id.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod.config.clone()),
+        };
+        let resp =
+            self.rt.block_on(self.runtime.create_container(req)).map_err(cri_err("CreateContainer"))?;
         Ok(resp.into_inner().container_id)
     }
 
@@ -194,7 +223,9 @@ impl CriClient {
             .block_on(self.runtime.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: pod.id.clone() }))
             .map_err(cri_err("StopPodSandbox"))?;
         self.rt
-            .block_on(self.runtime.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: pod.id.clone() }))
+            .block_on(
+                self.runtime.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: pod.id.clone() }),
+            )
             .map_err(cri_err("RemovePodSandbox"))?;
         Ok(())
     }

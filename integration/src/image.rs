@@ -19,8 +19,17 @@ use crate::process;
 
 /// The basic tools every test image carries besides the programs asked for.
 pub const BASE_PROGRAMS: [&str; 11] = [
-    "/bin/sh", "/bin/ls", "/bin/cat", "/bin/echo", "/bin/sleep", "/bin/env", "/bin/readlink", "/bin/stat", "/usr/bin/id",
-    "/sbin/ldconfig", "/bin/true",
+    "/bin/sh",
+    "/bin/ls",
+    "/bin/cat",
+    "/bin/echo",
+    "/bin/sleep",
+    "/bin/env",
+    "/bin/readlink",
+    "/bin/stat",
+    "/usr/bin/id",
+    "/sbin/ldconfig",
+    "/bin/true",
 ];
 
 /// What to put in an image.
@@ -57,7 +66,7 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
             return Err(HarnessError::Prerequisite(format!("{}: {line}", binary.display())));
         }
         let path = match line.split_once("=>") {
-            Some((_, rest)) => rest.trim().split_whitespace().next().unwrap_or(""),
+            Some((_, rest)) => rest.split_whitespace().next().unwrap_or(""),
             None => line.split_whitespace().next().unwrap_or(""),
         };
         if path.starts_with('/') {
@@ -85,16 +94,32 @@ fn canonical_dest(host: &Path) -> Result<PathBuf> {
 
 /// Lays out the image root in `root`.
 pub fn assemble_root(spec: &ImageSpec, root: &Path) -> Result<()> {
-    for dir in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "usr/local/bin", "etc/ld.so.conf.d", "tmp", "proc", "sys", "dev", "run", "var"] {
+    for dir in [
+        "usr/bin",
+        "usr/sbin",
+        "usr/lib",
+        "usr/lib64",
+        "usr/local/bin",
+        "etc/ld.so.conf.d",
+        "tmp",
+        "proc",
+        "sys",
+        "dev",
+        "run",
+        "var",
+    ] {
         fs::create_dir_all(root.join(dir)).map_err(io("create", root.join(dir)))?;
     }
-    for (link, target) in [("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
+    for (link, target) in
+        [("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")]
+    {
         let path = root.join(link);
         if fs::symlink_metadata(&path).is_err() {
             std::os::unix::fs::symlink(target, &path).map_err(io("symlink", &path))?;
         }
     }
-    std::os::unix::fs::symlink("../run", root.join("var/run")).map_err(io("symlink", root.join("var/run")))?;
+    std::os::unix::fs::symlink("../run", root.join("var/run"))
+        .map_err(io("symlink", root.join("var/run")))?;
     let mut files: BTreeSet<PathBuf> = BTreeSet::new();
     for program in BASE_PROGRAMS.iter().map(PathBuf::from) {
         files.insert(program.clone());
@@ -108,10 +133,15 @@ pub fn assemble_root(spec: &ImageSpec, root: &Path) -> Result<()> {
     for file in &files {
         copy_into(root, file, &canonical_dest(file)?)?;
     }
-    fs::write(root.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n").map_err(io("write", root.join("etc/ld.so.conf")))?;
-    fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
-        .map_err(io("write", root.join("etc/passwd")))?;
-    fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n").map_err(io("write", root.join("etc/group")))?;
+    fs::write(root.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n")
+        .map_err(io("write", root.join("etc/ld.so.conf")))?;
+    fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+    )
+    .map_err(io("write", root.join("etc/passwd")))?;
+    fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")
+        .map_err(io("write", root.join("etc/group")))?;
     // The image's own cache, built by the host's ldconfig chrooted into it (as a Debian image has).
     process::run(Command::new("/sbin/ldconfig").arg("-r").arg(root))?;
     Ok(())
@@ -183,8 +213,10 @@ pub fn build(spec: &ImageSpec, out: &Path) -> Result<BuiltImage> {
             "platform": {"architecture": "amd64", "os": "linux"},
         }],
     });
-    fs::write(layout.join("index.json"), serde_json::to_vec(&index).expect("json")).map_err(io("write", &layout))?;
-    fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).map_err(io("write", &layout))?;
+    fs::write(layout.join("index.json"), serde_json::to_vec(&index).expect("json"))
+        .map_err(io("write", &layout))?;
+    fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
+        .map_err(io("write", &layout))?;
     process::run(
         Command::new("tar")
             .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C"])

@@ -13,8 +13,8 @@ pub mod error;
 pub mod image;
 pub mod kubelet;
 pub mod mounts;
-pub mod node;
 pub mod namespace;
+pub mod node;
 pub mod process;
 
 pub use error::{HarnessError, Result};

@@ -18,8 +18,13 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 4 <= bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let v = u32::from(bytes[i + 1] - b'0') * 64 + u32::from(bytes[i + 2] - b'0') * 8 + u32::from(bytes[i + 3] - b'0');
+        if bytes[i] == b'\\'
+            && i + 4 <= bytes.len()
+            && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = u32::from(bytes[i + 1] - b'0') * 64
+                + u32::from(bytes[i + 2] - b'0') * 8
+                + u32::from(bytes[i + 3] - b'0');
             out.push(u8::try_from(v).unwrap_or(b'?'));
             i += 4;
         } else {

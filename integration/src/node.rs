@@ -114,35 +114,54 @@ impl RunResult {
 
 /// Extracts the probe's report from container output.
 pub fn parse_report(output: &str) -> Option<Value> {
-    output.lines().find_map(|l| l.trim().strip_prefix(PROBE_PREFIX)).and_then(|j| serde_json::from_str(j).ok())
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(PROBE_PREFIX))
+        .and_then(|j| serde_json::from_str(j).ok())
 }
 
 impl GpuNode {
     /// Builds the node and starts containerd.
     pub fn start(options: &NodeOptions) -> Result<GpuNode> {
         process::require_root()?;
-        let dir = tempfile::Builder::new().prefix("nvinject-it-").tempdir().map_err(io("create temp dir", "/tmp"))?;
+        let dir = tempfile::Builder::new()
+            .prefix("nvinject-it-")
+            .tempdir()
+            .map_err(io("create temp dir", "/tmp"))?;
         let base = dir.path().to_owned();
         let sim = base.join("node");
         let roots = if options.real_driver {
             Roots { driver: "/".into(), dev: "/".into(), proc: "/proc".into(), sys: "/sys".into() }
         } else {
-            process::run(Command::new(simnode_bin("nvinject-simnode")).args(["build", "--preset", &options.preset, "--out"]).arg(&sim))?;
+            process::run(
+                Command::new(simnode_bin("nvinject-simnode"))
+                    .args(["build", "--preset", &options.preset, "--out"])
+                    .arg(&sim),
+            )?;
             let host = sim.join("host");
-            Roots { driver: sim.join("driver"), dev: host.clone(), proc: host.join("proc"), sys: host.join("sys") }
+            Roots {
+                driver: sim.join("driver"),
+                dev: host.clone(),
+                proc: host.join("proc"),
+                sys: host.join("sys"),
+            }
         };
         let driver_root = roots.driver.clone();
         let dev_root = roots.dev.clone();
         let description: Value = if options.real_driver {
             Value::Null
         } else {
-            serde_json::from_slice(&fs::read(sim.join("node.json")).map_err(io("read", sim.join("node.json")))?)
-                .map_err(|e| HarnessError::Prerequisite(format!("node.json: {e}")))?
+            serde_json::from_slice(
+                &fs::read(sim.join("node.json")).map_err(io("read", sim.join("node.json")))?,
+            )
+            .map_err(|e| HarnessError::Prerequisite(format!("node.json: {e}")))?
         };
 
         let bin_dir = base.join("bin");
         fs::create_dir_all(&bin_dir).map_err(io("create", &bin_dir))?;
-        for (package, file) in [("nvinject-shim", "containerd-shim-nvinject-v2"), ("nvinject-shim", "nvinject-hook")] {
+        for (package, file) in
+            [("nvinject-shim", "containerd-shim-nvinject-v2"), ("nvinject-shim", "nvinject-hook")]
+        {
             let from = artifact(package, file);
             fs::copy(&from, bin_dir.join(file)).map_err(io("copy", &from))?;
         }
@@ -183,7 +202,10 @@ impl GpuNode {
             sandbox_image: PROBE_IMAGE.into(),
             cri_runtimes: vec![(
                 "nvidia".into(),
-                format!("  runtime_type = {}\n  container_annotations = [\"cdi.k8s.io/*\"]\n", toml_str(Path::new(NVINJECT_RUNTIME))),
+                format!(
+                    "  runtime_type = {}\n  container_annotations = [\"cdi.k8s.io/*\"]\n",
+                    toml_str(Path::new(NVINJECT_RUNTIME))
+                ),
             )],
         };
         let containerd = Containerd::start(&base.join("containerd"), &containerd_options)?;
@@ -191,7 +213,19 @@ impl GpuNode {
         if options.cri {
             containerd.import_into(&built, "k8s.io")?;
         }
-        Ok(GpuNode { containerd, sim, driver_root, dev_root, cdi_dir, spec_path, bin_dir, config_path, shim_log, description, dir })
+        Ok(GpuNode {
+            containerd,
+            sim,
+            driver_root,
+            dev_root,
+            cdi_dir,
+            spec_path,
+            bin_dir,
+            config_path,
+            shim_log,
+            description,
+            dir,
+        })
     }
 
     /// The private base directory.
@@ -299,7 +333,10 @@ pub fn report_devices(report: &Value) -> BTreeMap<String, (String, u64)> {
         .into_iter()
         .flatten()
         .filter_map(|d| {
-            Some((d["path"].as_str()?.to_owned(), (d["open"].as_str()?.to_owned(), d["minor"].as_u64().unwrap_or(0))))
+            Some((
+                d["path"].as_str()?.to_owned(),
+                (d["open"].as_str()?.to_owned(), d["minor"].as_u64().unwrap_or(0)),
+            ))
         })
         .collect()
 }

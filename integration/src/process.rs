@@ -36,7 +36,11 @@ pub fn command_error(cmd: &Command, output: &Output) -> HarnessError {
         output: format!(
             "{}{}",
             String::from_utf8_lossy(&output.stderr).trim(),
-            if output.stdout.is_empty() { String::new() } else { format!(" | stdout: {}", String::from_utf8_lossy(&output.stdout).trim()) }
+            if output.stdout.is_empty() {
+                String::new()
+            } else {
+                format!(" | stdout: {}", String::from_utf8_lossy(&output.stdout).trim())
+            }
         ),
     }
 }
@@ -74,14 +78,20 @@ pub fn find_processes(needle: &str) -> Vec<ProcessInfo> {
         if raw.is_empty() {
             continue;
         }
-        let argv: Vec<String> =
-            raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
         if !argv.iter().any(|a| a.contains(needle)) {
             continue;
         }
         let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
         let field = |name: &str| {
-            status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().split_whitespace().next().unwrap_or("").to_owned())
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().next().unwrap_or("").to_owned())
         };
         if field("State:").is_some_and(|s| s == "Z") {
             continue;
@@ -121,7 +131,7 @@ pub fn stop_pid(pid: i32, grace: Duration) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         let deadline = Instant::now() + Duration::from_secs(5);
         while alive(pid) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

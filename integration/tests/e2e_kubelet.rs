@@ -502,13 +502,15 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
 
         // 4. The kubelet restarts: the plugin registers again and a new pod still gets a GPU.
         let socket = node.dirs().device_plugins().join("nvinject-gpu.sock");
-        let before = fs::metadata(&socket).unwrap().ino();
+        // Inode numbers are reused at once on ext4: a re-created socket is told apart by its ctime too.
+        let identity = |m: &fs::Metadata| (m.ino(), m.ctime(), m.ctime_nsec());
+        let before = identity(&fs::metadata(&socket).unwrap());
         let restart = node.restart_kubelet().unwrap_or_else(|e| panic!("{e}"));
         kubelet::wait_for(
             "the plugin's socket to be served again",
             Duration::from_secs(30),
             Duration::from_millis(50),
-            || Ok(fs::metadata(&socket).ok().filter(|m| m.ino() != before)),
+            || Ok(fs::metadata(&socket).ok().filter(|m| identity(m) != before)),
         )
         .unwrap_or_else(|e| panic!("{e}\nplugin log:\n{}", node.log_tail("device-plugin", 20)));
         wait_healthy(&node, "the re-registered plugin's 8 GPUs", Duration::from_secs(30), |h| h.len() == 8);

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use nvinject_integration::cri::{ContainerRequest, CriClient};
-use nvinject_integration::node::{GpuNode, NodeOptions, RUNC_RUNTIME, RunOptions, parse_report, report_devices};
+use nvinject_integration::node::{
+    GpuNode, NodeOptions, RUNC_RUNTIME, RunOptions, parse_report, report_devices,
+};
 use nvinject_integration::{image, mounts, process};
 use serde_json::Value;
 
@@ -20,24 +22,37 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn node(preset: &str) -> GpuNode {
-    GpuNode::start(&NodeOptions { preset: preset.into(), ..Default::default() }).unwrap_or_else(|e| panic!("node setup: {e}"))
+    GpuNode::start(&NodeOptions { preset: preset.into(), ..Default::default() })
+        .unwrap_or_else(|e| panic!("node setup: {e}"))
 }
 
 /// GPU device nodes (`/dev/nvidiaN`) the container has, with what open() said.
 fn gpu_nodes(report: &Value) -> Vec<(String, String)> {
     report_devices(report)
         .into_iter()
-        .filter(|(p, _)| p.strip_prefix("/dev/nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|(p, _)| {
+            p.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .map(|(p, (open, _))| (p, open))
         .collect()
 }
 
 fn smi_lines(report: &Value) -> Vec<String> {
-    report["nvidia_smi"]["lines"].as_array().into_iter().flatten().filter_map(|l| l.as_str().map(str::to_owned)).collect()
+    report["nvidia_smi"]["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect()
 }
 
 fn ldconfig_has(report: &Value, lib: &str) -> bool {
-    report["ldconfig"]["lines"].as_array().into_iter().flatten().any(|l| l.as_str().is_some_and(|s| s.contains(lib)))
+    report["ldconfig"]["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|l| l.as_str().is_some_and(|s| s.contains(lib)))
 }
 
 fn create_line(node: &GpuNode, id: &str) -> Value {
@@ -51,7 +66,7 @@ fn annotation(value: &str) -> Vec<(String, String)> {
     vec![("cdi.k8s.io/test".into(), value.into())]
 }
 
-fn assert_no_leftovers(node: &GpuNode) {
+fn assert_no_leftovers(node: &GpuNode, ids: &[&str]) {
     // Shims (runc's and our proxies) exit asynchronously after the container is deleted.
     let state = node.containerd.state.to_string_lossy().into_owned();
     let socket = node.containerd.socket.to_string_lossy().into_owned();
@@ -66,13 +81,21 @@ fn assert_no_leftovers(node: &GpuNode) {
     assert!(String::from_utf8_lossy(&tasks.stdout).trim().is_empty(), "tasks left on {socket}");
     let containers = process::run(node.containerd.ctr().args(["containers", "list", "-q"])).unwrap();
     assert!(String::from_utf8_lossy(&containers.stdout).trim().is_empty(), "containers left");
+    // Neither the runc shim's socket nor the proxy's survives the container.
+    for id in ids {
+        for socket in node.containerd.shim_sockets(&node.containerd.namespace, id) {
+            assert!(!socket.exists(), "{} left behind for {id}", socket.display());
+        }
+    }
 }
 
 #[test]
 fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
     let _s = serial();
     let node = node("h100x8");
-    let run = node.run("s1", &RunOptions { annotations: annotation("nvidia.com/gpu=1"), ..Default::default() }).unwrap();
+    let run = node
+        .run("s1", &RunOptions { annotations: annotation("nvidia.com/gpu=1"), ..Default::default() })
+        .unwrap();
     assert_eq!(run.status, 0, "{}", run.stderr);
     let report = run.report();
 
@@ -97,7 +120,7 @@ fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
     assert_eq!(line["requested"], "nvidia.com/gpu=1");
     assert_eq!(line["injected"], "nvidia.com/gpu=1");
     assert!(line["source"].as_str().unwrap().starts_with("annotations"), "{line}");
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s1"]);
 }
 
 #[test]
@@ -105,7 +128,9 @@ fn s2_env_requests_are_honoured_for_privileged_containers_only() {
     let _s = serial();
     let node = node("h100x8");
     let env = vec![("NVIDIA_VISIBLE_DEVICES".to_owned(), "2".to_owned())];
-    let privileged = node.run("s2-priv", &RunOptions { env: env.clone(), privileged: true, ..Default::default() }).unwrap();
+    let privileged = node
+        .run("s2-priv", &RunOptions { env: env.clone(), privileged: true, ..Default::default() })
+        .unwrap();
     assert_eq!(privileged.status, 0, "{}", privileged.stderr);
     assert_eq!(gpu_nodes(privileged.report()), [("/dev/nvidia2".to_owned(), "ENXIO".to_owned())]);
     // The spec's common edits replace the request with `void`, as NVIDIA's specs do, so no other
@@ -120,7 +145,7 @@ fn s2_env_requests_are_honoured_for_privileged_containers_only() {
     let line = create_line(&node, "s2-unpriv");
     assert_eq!(line["injected"], "");
     assert!(line["ignored"].as_str().unwrap().contains("not privileged"), "{line}");
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s2-priv", "s2-unpriv"]);
 }
 
 #[test]
@@ -128,21 +153,24 @@ fn s3_volume_mount_requests_name_devices_by_uuid() {
     let _s = serial();
     let node = node("h100x8");
     let uuid = node.gpu_uuid(3);
-    let mount = format!("type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/{uuid},options=rbind:ro");
+    let mount =
+        format!("type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/{uuid},options=rbind:ro");
     let run = node.run("s3", &RunOptions { mounts: vec![mount], ..Default::default() }).unwrap();
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(gpu_nodes(run.report()), [("/dev/nvidia3".to_owned(), "ENXIO".to_owned())]);
     let smi = smi_lines(run.report());
     assert!(smi.len() == 1 && smi[0].contains(&uuid), "{smi:?}");
     assert_eq!(create_line(&node, "s3")["source"], "volume-mounts");
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s3"]);
 }
 
 #[test]
 fn s4_all_gives_every_gpu() {
     let _s = serial();
     let node = node("h100x8");
-    let run = node.run("s4", &RunOptions { annotations: annotation("nvidia.com/gpu=all"), ..Default::default() }).unwrap();
+    let run = node
+        .run("s4", &RunOptions { annotations: annotation("nvidia.com/gpu=all"), ..Default::default() })
+        .unwrap();
     assert_eq!(run.status, 0, "{}", run.stderr);
     let gpus = gpu_nodes(run.report());
     assert_eq!(gpus.len(), 8, "{gpus:?}");
@@ -152,7 +180,7 @@ fn s4_all_gives_every_gpu() {
     for i in 0..8 {
         assert!(smi.iter().any(|l| l.contains(&node.gpu_uuid(i))), "GPU {i} missing from {smi:?}");
     }
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s4"]);
 }
 
 #[test]
@@ -160,17 +188,20 @@ fn s5_a_mig_device_brings_its_parent_gpu_and_capability_nodes() {
     let _s = serial();
     let node = node("a100-mig");
     // GPU 0 is in MIG mode; ask for its MIG device 1 by index name.
-    let run = node.run("s5", &RunOptions { annotations: annotation("nvidia.com/gpu=0:1"), ..Default::default() }).unwrap();
+    let run = node
+        .run("s5", &RunOptions { annotations: annotation("nvidia.com/gpu=0:1"), ..Default::default() })
+        .unwrap();
     assert_eq!(run.status, 0, "{}", run.stderr);
     let report = run.report();
     assert_eq!(gpu_nodes(report), [("/dev/nvidia0".to_owned(), "ENXIO".to_owned())], "the parent GPU only");
-    let caps: Vec<String> = report_devices(report).into_keys().filter(|p| p.starts_with("/dev/nvidia-caps/")).collect();
+    let caps: Vec<String> =
+        report_devices(report).into_keys().filter(|p| p.starts_with("/dev/nvidia-caps/")).collect();
     assert_eq!(caps.len(), 2, "one GI and one CI capability node: {caps:?}");
     let smi = smi_lines(report);
     assert!(smi.iter().any(|l| l.contains("MIG-")), "nvidia-smi shows the MIG device: {smi:?}");
     let line = create_line(&node, "s5");
     assert_eq!(line["injected"], "nvidia.com/gpu=0:1");
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s5"]);
 }
 
 #[test]
@@ -178,32 +209,51 @@ fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
     let _s = serial();
     let node = node("h100x8");
     let spec_before = std::fs::read(&node.spec_path).unwrap();
-    let run = node.run("s6", &RunOptions { annotations: annotation("nvidia.com/gpu=9"), ..Default::default() }).unwrap();
+    let run = node
+        .run("s6", &RunOptions { annotations: annotation("nvidia.com/gpu=9"), ..Default::default() })
+        .unwrap();
     assert_ne!(run.status, 0);
     // ctr shows the device, the specs searched and the spec dirs.
     for needle in ["nvidia.com/gpu=9", "no device `9`", &node.cdi_dir.to_string_lossy(), "nvinject"] {
         assert!(run.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", run.stderr);
     }
     assert!(run.report.is_none());
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s6", "s6-other", "s6-bad"]);
     // No half-written files: the spec dir holds exactly the spec, unchanged; no bundle survives.
     let names: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, [node.spec_path.file_name().unwrap()]);
     assert_eq!(std::fs::read(&node.spec_path).unwrap(), spec_before);
-    let bundles = node.containerd.state.join("io.containerd.runtime.v2.task").join(&node.containerd.namespace);
-    assert!(std::fs::read_dir(&bundles).map(|d| d.count()).unwrap_or(0) == 0, "bundle left in {}", bundles.display());
+    let bundles =
+        node.containerd.state.join("io.containerd.runtime.v2.task").join(&node.containerd.namespace);
+    assert!(
+        std::fs::read_dir(&bundles).map(|d| d.count()).unwrap_or(0) == 0,
+        "bundle left in {}",
+        bundles.display()
+    );
     let line = node.shim_log_for("s6");
     assert!(line.iter().any(|l| l["message"] == "container create refused"), "{line:?}");
 
     // A broken spec file of another vendor does not break ours, and a malformed one of ours is named.
-    std::fs::write(node.cdi_dir.join("other-vendor.yaml"), "cdiVersion: 0.5.0\nkind: other.com/x\ndevices: [oops\n").unwrap();
-    let ok = node.run("s6-other", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() }).unwrap();
+    std::fs::write(
+        node.cdi_dir.join("other-vendor.yaml"),
+        "cdiVersion: 0.5.0\nkind: other.com/x\ndevices: [oops\n",
+    )
+    .unwrap();
+    let ok = node
+        .run("s6-other", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() })
+        .unwrap();
     assert_eq!(ok.status, 0, "{}", ok.stderr);
-    std::fs::write(&node.spec_path, b"{ \"cdiVersion\": \"0.6.0\", \"kind\": \"nvidia.com/gpu\", \"devices\": 7 }").unwrap();
-    let bad = node.run("s6-bad", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() }).unwrap();
+    std::fs::write(
+        &node.spec_path,
+        b"{ \"cdiVersion\": \"0.6.0\", \"kind\": \"nvidia.com/gpu\", \"devices\": 7 }",
+    )
+    .unwrap();
+    let bad = node
+        .run("s6-bad", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() })
+        .unwrap();
     assert_ne!(bad.status, 0);
     assert!(bad.stderr.contains("nvidia.com-gpu.json"), "the malformed spec is named: {}", bad.stderr);
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s6", "s6-other", "s6-bad"]);
 }
 
 #[test]
@@ -211,7 +261,8 @@ fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
     let _s = serial();
     let node = node("h100x8");
     let ours = node.run("s8-ours", &RunOptions::default()).unwrap();
-    let runc = node.run("s8-runc", &RunOptions { runtime: RUNC_RUNTIME.into(), ..Default::default() }).unwrap();
+    let runc =
+        node.run("s8-runc", &RunOptions { runtime: RUNC_RUNTIME.into(), ..Default::default() }).unwrap();
     assert_eq!((ours.status, runc.status), (0, 0), "{} / {}", ours.stderr, runc.stderr);
     let (a, b) = (ours.report(), runc.report());
     assert_eq!(a["devices"], b["devices"]);
@@ -225,7 +276,7 @@ fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
     assert_eq!(targets(a), targets(b));
     let line = create_line(&node, "s8-ours");
     assert_eq!(line["wrote"], false, "config.json must not be rewritten: {line}");
-    assert_no_leftovers(&node);
+    assert_no_leftovers(&node, &["s8-ours", "s8-runc"]);
 }
 
 /// Scenario 7: a CRI pod (runtime handler `nvidia`) with two containers asking for different GPUs,
@@ -234,40 +285,68 @@ fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
 #[test]
 fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
     let _s = serial();
-    let node = GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let node =
+        GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
     let mut cri = CriClient::connect(&node.containerd.socket).unwrap();
     let parent = node.containerd.cgroup_parent();
-    let pod = cri.run_pod("gpupod", "nvidia", &node.base().join("pod-logs"), &parent, HashMap::new()).unwrap_or_else(|e| {
-        panic!("{e}\ncontainerd log:\n{}", node.containerd.log_tail(40))
-    });
+    let pod = cri
+        .run_pod("gpupod", "nvidia", &node.base().join("pod-logs"), &parent, HashMap::new())
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd log:\n{}", node.containerd.log_tail(40)));
     let mut ids = Vec::new();
     for (name, gpu) in [("first", 1), ("second", 2)] {
         let req = ContainerRequest {
             name: name.into(),
             image: nvinject_integration::node::PROBE_IMAGE.into(),
             command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
-            annotations: HashMap::from([("cdi.k8s.io/nvinject-device-plugin_x".to_owned(), format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)))]),
+            annotations: HashMap::from([(
+                "cdi.k8s.io/nvinject-device-plugin_x".to_owned(),
+                format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)),
+            )]),
             ..Default::default()
         };
-        let id = cri.create_container(&pod, &req).unwrap_or_else(|e| panic!("{e}\n{}", node.containerd.log_tail(40)));
+        let id = cri
+            .create_container(&pod, &req)
+            .unwrap_or_else(|e| panic!("{e}\n{}", node.containerd.log_tail(40)));
         cri.start_container(&id).unwrap();
         assert_eq!(cri.wait_exited(&id, Duration::from_secs(60)).unwrap(), 0);
-        let report = parse_report(&cri.logs(&pod, name)).unwrap_or_else(|| panic!("no report in {}", cri.logs(&pod, name)));
+        let report = parse_report(&cri.logs(&pod, name))
+            .unwrap_or_else(|| panic!("no report in {}", cri.logs(&pod, name)));
         assert_eq!(gpu_nodes(&report), [(format!("/dev/nvidia{gpu}"), "ENXIO".to_owned())], "{name}");
         let smi = smi_lines(&report);
         assert!(smi.len() == 1 && smi[0].contains(&node.gpu_uuid(gpu)), "{name}: {smi:?}");
         ids.push(id);
     }
+    // A container asking for a device the node does not have: CRI's StartContainer (where
+    // containerd sends the task Create) fails with the shim's reason; the pod keeps working.
+    let bad = ContainerRequest {
+        name: "bad".into(),
+        image: nvinject_integration::node::PROBE_IMAGE.into(),
+        command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+        annotations: HashMap::from([("cdi.k8s.io/x".to_owned(), "nvidia.com/gpu=42".to_owned())]),
+        ..Default::default()
+    };
+    let bad_id = cri.create_container(&pod, &bad).unwrap();
+    let err = cri.start_container(&bad_id).unwrap_err().to_string();
+    assert!(
+        err.contains("nvidia.com/gpu=42") && err.contains(&node.cdi_dir.to_string_lossy().into_owned()),
+        "{err}"
+    );
+
     // One proxy serves the whole pod.
-    let proxies: Vec<_> =
-        node.containerd.shim_processes().into_iter().filter(|p| p.argv.iter().any(|a| a == "proxy")).collect();
+    let proxies: Vec<_> = node
+        .containerd
+        .shim_processes()
+        .into_iter()
+        .filter(|p| p.argv.iter().any(|a| a == "proxy"))
+        .collect();
     assert_eq!(proxies.len(), 1, "{proxies:?}");
     let proxy_socket = proxies[0].argv.iter().skip_while(|a| *a != "--listen").nth(1).cloned().unwrap();
     // The sandbox was left alone.
     let sandbox_line = node.shim_log_for(&pod.id);
     assert!(sandbox_line.iter().any(|l| l["source"] == "sandbox" && l["wrote"] == false), "{sandbox_line:?}");
     let sandbox_bundle = node.containerd.state.join("io.containerd.runtime.v2.task/k8s.io").join(&pod.id);
-    let sandbox_spec: Value = serde_json::from_slice(&std::fs::read(sandbox_bundle.join("config.json")).unwrap()).unwrap();
+    let sandbox_spec: Value =
+        serde_json::from_slice(&std::fs::read(sandbox_bundle.join("config.json")).unwrap()).unwrap();
     assert!(!sandbox_spec.to_string().contains("/dev/nvidia"), "the sandbox must get no GPU");
 
     direct_ttrpc_create(&node, &proxy_socket, &sandbox_spec);
@@ -277,6 +356,10 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
         node.containerd.shim_processes().is_empty().then_some(())
     });
     assert!(gone.is_ok(), "left: {:?}", node.containerd.shim_processes());
+    for socket in node.containerd.shim_sockets("k8s.io", &pod.id) {
+        assert!(!socket.exists(), "{} left behind", socket.display());
+    }
+    assert!(mounts::mounts_under(&node.containerd.state).is_empty());
 }
 
 /// Creates, starts and waits for a container through the proxy's ttrpc socket directly.
@@ -334,4 +417,62 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
     assert_eq!(gpu_nodes(&report), [("/dev/nvidia5".to_owned(), "ENXIO".to_owned())]);
     assert!(smi_lines(&report).iter().any(|l| l.contains(&node.gpu_uuid(5))));
     assert_eq!(create_line(node, id)["injected"], "nvidia.com/gpu=5");
+}
+
+/// A driver upgrade: the node's driver changes under an existing spec. The next GPU container finds
+/// the spec stale (its `nvinject.io/driver-version` is not the loaded driver's), the shim
+/// regenerates it through the cdi-gen library (real discovery through the simulated NVML), and the
+/// container gets the new driver's libraries.
+#[test]
+fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
+    let _s = serial();
+    let node = node("h100x8");
+    let old: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
+    assert_eq!(old["annotations"]["nvinject.io/driver-version"], "550.54.15");
+
+    // Upgrade: the same node with driver 555.42.02, rebuilt in place.
+    let simnode = nvinject_simnode::artifacts::simnode_bin("nvinject-simnode");
+    let out =
+        process::run(std::process::Command::new(&simnode).args(["describe", "--preset", "h100x8"])).unwrap();
+    let mut description: Value = serde_json::from_slice(&out.stdout).unwrap();
+    description["driver"]["version"] = Value::String("555.42.02".into());
+    let desc_path = node.base().join("upgraded.json");
+    std::fs::write(&desc_path, serde_json::to_vec(&description).unwrap()).unwrap();
+    process::run(
+        std::process::Command::new(&simnode)
+            .arg("build")
+            .arg("--node")
+            .arg(&desc_path)
+            .arg("--out")
+            .arg(&node.sim)
+            .arg("--force"),
+    )
+    .unwrap();
+
+    let run = node
+        .run("s9", &RunOptions { annotations: annotation("nvidia.com/gpu=1"), ..Default::default() })
+        .unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let report = run.report();
+    assert!(
+        ldconfig_has(report, "libnvidia-glcore.so.555.42.02"),
+        "new driver's libraries: {}",
+        report["ldconfig"]
+    );
+    assert!(!ldconfig_has(report, "550.54.15"), "no old driver library may be there");
+    let mounted = report["mounts"].to_string();
+    assert!(mounted.contains("libnvidia-ml.so.555.42.02") && !mounted.contains("550.54.15"), "{mounted}");
+    assert_eq!(gpu_nodes(report), [("/dev/nvidia1".to_owned(), "ENXIO".to_owned())]);
+    let new: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
+    assert_eq!(new["annotations"]["nvinject.io/driver-version"], "555.42.02");
+    let line = create_line(&node, "s9");
+    assert!(line["regenerated"].as_str().unwrap().contains("nvidia.com-gpu.json"), "{line}");
+
+    // Fresh now: the next container does not regenerate.
+    let again = node
+        .run("s9-again", &RunOptions { annotations: annotation("nvidia.com/gpu=2"), ..Default::default() })
+        .unwrap();
+    assert_eq!(again.status, 0, "{}", again.stderr);
+    assert_eq!(create_line(&node, "s9-again")["regenerated"], "[]");
+    assert_no_leftovers(&node, &["s9", "s9-again"]);
 }

@@ -5,18 +5,21 @@
 //! Boundary: the policy is pure and lives in [`config`], [`resources`], [`allocate`],
 //! [`preferred`], [`health`] and [`labels`]: functions of values, tested without sockets or
 //! NVML. The edges are small: [`events`] (NVML behind the `XidSource` trait), [`service`] (tonic
-//! handlers that translate and delegate), [`lifecycle`] (sockets, registration, re-registration)
-//! and [`metrics`]. This crate never writes CDI specs, never touches the kubelet's state beyond
+//! handlers that translate and delegate), [`lifecycle`] (sockets, registration, re-registration),
+//! [`transport`] (unix sockets; old kubelets' `:authority` fixed by the pure [`authority`]) and
+//! [`metrics`]. This crate never writes CDI specs, never touches the kubelet's state beyond
 //! its own sockets, and never panics on what the kubelet or a config file sends it.
 
 pub mod allocate;
 pub mod api;
+pub mod authority;
 pub mod config;
 pub mod devnodes;
 pub mod error;
 pub mod events;
 pub mod fsutil;
 pub mod health;
+mod hpack;
 pub mod labels;
 pub mod lifecycle;
 pub mod metrics;

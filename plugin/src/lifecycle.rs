@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::api;
 use crate::health::HealthSnapshot;
@@ -98,7 +97,7 @@ pub async fn run_resource(
         let mut stop_server = stop_rx.clone();
         let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming_shutdown(
             api::device_plugin_server::DevicePluginServer::new(service),
-            UnixListenerStream::new(listener),
+            transport::incoming(listener, &name),
             async move {
                 let _ = stop_server.wait_for(|s| *s).await;
             },

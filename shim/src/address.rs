@@ -154,7 +154,8 @@ mod tests {
     fn the_proxy_lives_next_to_the_inner_shim() {
         let inner = ShimAddress::parse("unix:///run/containerd/s/0123abcd").unwrap();
         assert_eq!(inner.proxy_address().unwrap().to_string(), "unix:///run/containerd/s/0123abcd.nvinject");
-        let long = ShimAddress { abstract_socket: false, path: PathBuf::from(format!("/{}", "x".repeat(100))) };
+        let long =
+            ShimAddress { abstract_socket: false, path: PathBuf::from(format!("/{}", "x".repeat(100))) };
         assert!(matches!(long.proxy_address(), Err(AddressError::TooLong { .. })));
     }
 

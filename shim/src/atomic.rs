@@ -28,9 +28,9 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 }
 
 fn temp_path(path: &Path) -> io::Result<PathBuf> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no file name", path.display())))?;
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no file name", path.display()))
+    })?;
     let mut temp = std::ffi::OsString::from(".");
     temp.push(name);
     temp.push(format!(".nvinject-{}.tmp", std::process::id()));

@@ -174,8 +174,10 @@ impl Config {
 
     /// Parses and checks the text of a configuration file (`path` is for messages).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim().to_owned() })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().to_owned(),
+        })?;
         config.check(path)?;
         Ok(config)
     }
@@ -193,7 +195,11 @@ impl Config {
             fix,
         };
         if !["error", "warn", "info", "debug", "trace"].contains(&self.runtime.log_level.as_str()) {
-            return Err(invalid("runtime.log-level", &self.runtime.log_level, "use error, warn, info, debug or trace"));
+            return Err(invalid(
+                "runtime.log-level",
+                &self.runtime.log_level,
+                "use error, warn, info, debug or trace",
+            ));
         }
         if let Some(dir) = self.cdi.spec_dirs.iter().find(|d| !d.is_absolute()) {
             return Err(invalid("cdi.spec-dirs", dir, "spec directories must be absolute paths"));
@@ -213,7 +219,11 @@ impl Config {
             ));
         }
         if self.runtime.delegate.as_os_str().is_empty() {
-            return Err(invalid("runtime.delegate", &self.runtime.delegate, "name the runc shim, e.g. containerd-shim-runc-v2"));
+            return Err(invalid(
+                "runtime.delegate",
+                &self.runtime.delegate,
+                "name the runc shim, e.g. containerd-shim-runc-v2",
+            ));
         }
         Ok(())
     }

@@ -35,7 +35,12 @@ pub fn wait_until_gone(inner: &ShimAddress) {
 
 /// Serves `listener` (bound at `own`) for the inner shim at `inner` until the inner shim is gone,
 /// then removes the socket and exits the process.
-pub fn run(listener: UnixListener, own: ShimAddress, inner: ShimAddress, gate: Arc<dyn CreateGate>) -> io::Result<()> {
+pub fn run(
+    listener: UnixListener,
+    own: ShimAddress,
+    inner: ShimAddress,
+    gate: Arc<dyn CreateGate>,
+) -> io::Result<()> {
     let watched = inner.clone();
     let own_socket = own.clone();
     std::thread::Builder::new().name("inner-watch".into()).spawn(move || {

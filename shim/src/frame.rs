@@ -44,7 +44,12 @@ pub fn read_frame(reader: &mut impl Read) -> io::Result<Option<Frame>> {
     while filled < head.len() {
         match reader.read(&mut head[filled..]) {
             Ok(0) if filled == 0 => return Ok(None),
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside a frame header")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed inside a frame header",
+                ));
+            }
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -81,7 +86,10 @@ mod tests {
     fn frames_round_trip_byte_for_byte() {
         let frames = vec![
             Frame { header: MessageHeader::new_request(1, 3), payload: vec![1, 2, 3] },
-            Frame { header: MessageHeader { length: 0, stream_id: 3, type_: MESSAGE_TYPE_DATA, flags: 5 }, payload: vec![] },
+            Frame {
+                header: MessageHeader { length: 0, stream_id: 3, type_: MESSAGE_TYPE_DATA, flags: 5 },
+                payload: vec![],
+            },
             Frame::response(7, b"hello".to_vec()),
         ];
         let mut wire = Vec::new();

@@ -185,7 +185,11 @@ impl Injector {
         let policy = Policy {
             // The config was checked when loaded; a kind that still does not parse falls back to
             // NVIDIA's, which is what an unset key means.
-            default_kind: config.cdi.default_kind.parse().unwrap_or_else(|_| "nvidia.com/gpu".parse().expect("valid kind")),
+            default_kind: config
+                .cdi
+                .default_kind
+                .parse()
+                .unwrap_or_else(|_| "nvidia.com/gpu".parse().expect("valid kind")),
             annotation_prefixes: config.cdi.annotation_prefixes.clone(),
             accept_env_unprivileged: config.requests.accept_env_unprivileged,
             accept_volume_mounts: config.requests.accept_volume_mounts,
@@ -268,7 +272,8 @@ impl Injector {
             loaded: loaded.clone(),
             message,
         };
-        let _lock = SpecLock::acquire(path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+        let _lock =
+            SpecLock::acquire(path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
         if path.exists() {
             registry.refresh();
             return Ok(Vec::new());
@@ -340,10 +345,22 @@ impl Injector {
             let request = RegenerateRequest {
                 spec_path: path.clone(),
                 kind: spec.kind.clone(),
-                driver_root: spec.annotations.get(DRIVER_ROOT_ANNOTATION).map(PathBuf::from).or(self.regen_config.driver_root.clone()),
-                dev_root: spec.annotations.get(DEV_ROOT_ANNOTATION).map(PathBuf::from).or(self.regen_config.dev_root.clone()),
+                driver_root: spec
+                    .annotations
+                    .get(DRIVER_ROOT_ANNOTATION)
+                    .map(PathBuf::from)
+                    .or(self.regen_config.driver_root.clone()),
+                dev_root: spec
+                    .annotations
+                    .get(DEV_ROOT_ANNOTATION)
+                    .map(PathBuf::from)
+                    .or(self.regen_config.dev_root.clone()),
                 nvml_lib: self.regen_config.nvml_lib.clone(),
-                hook_path: self.regen_config.hook_path.clone().or_else(|| crate::regenerate::hook_path_of(&spec)),
+                hook_path: self
+                    .regen_config
+                    .hook_path
+                    .clone()
+                    .or_else(|| crate::regenerate::hook_path_of(&spec)),
                 stale_version: recorded.clone(),
                 loaded_version: loaded.clone(),
             };
@@ -355,11 +372,19 @@ impl Injector {
             };
             // One regeneration per node at a time: every proxy on the node may find the same stale
             // spec at once. Whoever gets the lock second re-reads the file and finds it fresh.
-            let _lock = SpecLock::acquire(&path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
-            let still_stale = nvinject_cdi::load_file(&path).map(|s| spec_is_stale(&s, &loaded)).unwrap_or(true);
+            let _lock =
+                SpecLock::acquire(&path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+            let still_stale =
+                nvinject_cdi::load_file(&path).map(|s| spec_is_stale(&s, &loaded)).unwrap_or(true);
             if still_stale {
                 regenerator.regenerate(&request).map_err(fail)?;
                 tracing::info!(spec = %path.display(), from = %recorded, to = %loaded, "regenerated stale CDI spec");
+                if nvinject_cdi::load_file(&path).is_ok_and(|s| spec_is_stale(&s, &loaded)) {
+                    // NVML and the kernel module disagree about the version (a half-finished
+                    // driver upgrade): the fresh spec is the best there is; say so.
+                    tracing::warn!(spec = %path.display(), loaded = %loaded,
+                        "the regenerated spec still records another driver version than the loaded module's");
+                }
                 done.push(path);
             }
         }
@@ -459,7 +484,8 @@ impl SpecLock {
         use std::os::fd::AsRawFd;
         let mut name = spec.as_os_str().to_owned();
         name.push(".lock");
-        let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(PathBuf::from(name))?;
+        let file =
+            fs::OpenOptions::new().create(true).truncate(false).write(true).open(PathBuf::from(name))?;
         loop {
             // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
@@ -528,7 +554,11 @@ mod tests {
             self.dir.path().join("cdi/nvidia.com-gpu.json")
         }
         fn write_spec(&self, version: &str) {
-            fs::write(self.spec_path(), serde_json::to_vec(&spec_json(version, &[(0, "GPU-aaa"), (1, "GPU-bbb")])).unwrap()).unwrap();
+            fs::write(
+                self.spec_path(),
+                serde_json::to_vec(&spec_json(version, &[(0, "GPU-aaa"), (1, "GPU-bbb")])).unwrap(),
+            )
+            .unwrap();
         }
         fn bundle(&self) -> PathBuf {
             self.dir.path().join("bundle")
@@ -556,7 +586,8 @@ mod tests {
                 return Err("NVML not loadable".into());
             }
             let spec = spec_json(&request.loaded_version, &[(0, "GPU-aaa"), (1, "GPU-bbb"), (2, "GPU-ccc")]);
-            crate::atomic::write_file(&request.spec_path, &serde_json::to_vec(&spec).unwrap(), 0o644).map_err(|e| e.to_string())
+            crate::atomic::write_file(&request.spec_path, &serde_json::to_vec(&spec).unwrap(), 0o644)
+                .map_err(|e| e.to_string())
         }
     }
 
@@ -582,7 +613,8 @@ mod tests {
         assert!(out.wrote);
         assert_eq!(calls.load(Ordering::SeqCst), 0, "a fresh spec is not regenerated");
         let oci = f.read_oci();
-        let paths: Vec<&str> = oci["linux"]["devices"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+        let paths: Vec<&str> =
+            oci["linux"]["devices"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
         assert_eq!(paths, ["/dev/nvidiactl", "/dev/nvidia1"]);
         assert_eq!(oci["mounts"][0]["destination"], "/usr/lib/libcuda.so.1");
         assert_eq!(oci["hooks"]["createContainer"][0]["path"], "/opt/hook");
@@ -610,7 +642,12 @@ mod tests {
         let f = Fixture::new();
         f.write_spec("550.54.15");
         let (inj, _) = injector(&f, false);
-        for oci in [oci_with(json!({})), oci_with(json!({"io.kubernetes.cri.container-type": "sandbox", "cdi.k8s.io/a": "nvidia.com/gpu=1"}))] {
+        for oci in [
+            oci_with(json!({})),
+            oci_with(
+                json!({"io.kubernetes.cri.container-type": "sandbox", "cdi.k8s.io/a": "nvidia.com/gpu=1"}),
+            ),
+        ] {
             let before = f.write_oci(&oci);
             let out = inj.inject(&f.bundle()).unwrap();
             assert!(!out.wrote && out.injected.is_empty());
@@ -629,7 +666,12 @@ mod tests {
         let out = inj.inject(&f.bundle()).unwrap();
         assert_eq!(out.already_present, ["nvidia.com/gpu=0"]);
         assert_eq!(out.injected, ["nvidia.com/gpu=1"]);
-        let count = f.read_oci()["linux"]["devices"].as_array().unwrap().iter().filter(|d| d["path"] == "/dev/nvidia0").count();
+        let count = f.read_oci()["linux"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["path"] == "/dev/nvidia0")
+            .count();
         assert_eq!(count, 1);
     }
 
@@ -642,14 +684,26 @@ mod tests {
         let e = inj.inject(&f.bundle()).unwrap_err();
         assert_eq!(e.code(), Code::FAILED_PRECONDITION);
         let text = e.to_string();
-        assert!(text.contains("nvidia.com/gpu=9") && text.contains(&f.dir.path().join("cdi").display().to_string()), "{text}");
+        assert!(
+            text.contains("nvidia.com/gpu=9")
+                && text.contains(&f.dir.path().join("cdi").display().to_string()),
+            "{text}"
+        );
         assert!(text.contains("annotations cdi.k8s.io/a"), "{text}");
         assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
 
         let rejection = inj
-            .before_create(&CreateTaskRequest { id: "c9".into(), bundle: f.bundle().to_string_lossy().into_owned(), ..Default::default() })
+            .before_create(&CreateTaskRequest {
+                id: "c9".into(),
+                bundle: f.bundle().to_string_lossy().into_owned(),
+                ..Default::default()
+            })
             .unwrap_err();
-        assert!(rejection.message.starts_with("nvinject: container c9: unresolvable CDI device nvidia.com/gpu=9"), "{}", rejection.message);
+        assert!(
+            rejection.message.starts_with("nvinject: container c9: unresolvable CDI device nvidia.com/gpu=9"),
+            "{}",
+            rejection.message
+        );
     }
 
     #[test]
@@ -677,7 +731,10 @@ mod tests {
         let before = f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
         let (inj, _) = injector(&f, true);
         let text = inj.inject(&f.bundle()).unwrap_err().to_string();
-        assert!(text.contains("535.104.05") && text.contains("550.54.15") && text.contains("NVML not loadable"), "{text}");
+        assert!(
+            text.contains("535.104.05") && text.contains("550.54.15") && text.contains("NVML not loadable"),
+            "{text}"
+        );
         assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
     }
 

@@ -19,7 +19,9 @@ use crate::proxy::TASK_SERVICES;
 #[derive(Debug, thiserror::Error)]
 pub enum InnerError {
     /// The configured delegate cannot be found.
-    #[error("runc shim {name:?} not found in PATH ({path}); install containerd's runc shim or set runtime.delegate in the nvinject config")]
+    #[error(
+        "runc shim {name:?} not found in PATH ({path}); install containerd's runc shim or set runtime.delegate in the nvinject config"
+    )]
     DelegateNotFound {
         /// The configured name.
         name: PathBuf,
@@ -96,7 +98,12 @@ pub fn run_start(delegate: &Path, args: &[OsString], stdin: &[u8]) -> Result<Inn
 
 /// Calls one task-API method on the inner shim, trying the v2 service name first (containerd 1.x
 /// runc shims only register v2) and then v3.
-fn call(address: &ShimAddress, method: &'static str, payload: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, InnerError> {
+fn call(
+    address: &ShimAddress,
+    method: &'static str,
+    payload: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, InnerError> {
     let fail = |message: String| InnerError::Call { method, address: address.to_string(), message };
     let mut last = String::new();
     for service in TASK_SERVICES {
@@ -120,7 +127,8 @@ fn call(address: &ShimAddress, method: &'static str, payload: Vec<u8>, timeout: 
 /// Asks the inner shim to exit if it serves no container any more (what containerd does after a
 /// failed start). Best effort: a shim that already left is fine.
 pub fn shutdown(address: &ShimAddress, id: &str) -> Result<(), InnerError> {
-    let payload = ShutdownRequest { id: id.to_owned(), ..Default::default() }.write_to_bytes().unwrap_or_default();
+    let payload =
+        ShutdownRequest { id: id.to_owned(), ..Default::default() }.write_to_bytes().unwrap_or_default();
     match call(address, "Shutdown", payload, Duration::from_secs(5)) {
         Ok(_) => Ok(()),
         // The shim exits while answering, so the connection may close before the reply.
@@ -140,16 +148,22 @@ mod tests {
         std::fs::write(&bin, b"").unwrap();
         let path = std::env::join_paths([Path::new("/nonexistent"), dir.path()]).unwrap();
         assert_eq!(resolve_delegate(Path::new("containerd-shim-runc-v2"), Some(&path)).unwrap(), bin);
-        assert_eq!(resolve_delegate(Path::new("/opt/x/shim"), Some(&path)).unwrap(), PathBuf::from("/opt/x/shim"));
-        let err = resolve_delegate(Path::new("containerd-shim-missing"), Some(&path)).unwrap_err().to_string();
+        assert_eq!(
+            resolve_delegate(Path::new("/opt/x/shim"), Some(&path)).unwrap(),
+            PathBuf::from("/opt/x/shim")
+        );
+        let err =
+            resolve_delegate(Path::new("containerd-shim-missing"), Some(&path)).unwrap_err().to_string();
         assert!(err.contains("containerd-shim-missing") && err.contains("runtime.delegate"), "{err}");
     }
 
     #[test]
     fn start_passes_arguments_and_stdin_through_and_captures_stdout() {
         // A stand-in delegate: /bin/sh running a script that echoes its arguments and its stdin.
-        let args: Vec<OsString> =
-            ["-c", "printf '%s|' \"$@\"; cat; exit 3", "sh", "-id", "c1", "start"].iter().map(OsString::from).collect();
+        let args: Vec<OsString> = ["-c", "printf '%s|' \"$@\"; cat; exit 3", "sh", "-id", "c1", "start"]
+            .iter()
+            .map(OsString::from)
+            .collect();
         let out = run_start(Path::new("/bin/sh"), &args, b"\x00opts\xff").unwrap();
         assert_eq!(out.stdout, b"-id|c1|start|\x00opts\xff");
         assert_eq!(out.status.code(), Some(3));

@@ -72,7 +72,8 @@ pub fn classify(frame: &Frame) -> Classified {
 
 /// Encodes the answer that refuses the RPC on `stream_id`.
 pub fn rejection_frame(stream_id: u32, rejection: &Rejection) -> Frame {
-    let status = Status { code: rejection.code.into(), message: rejection.message.clone(), ..Default::default() };
+    let status =
+        Status { code: rejection.code.into(), message: rejection.message.clone(), ..Default::default() };
     let response = Response { status: Some(status).into(), ..Default::default() };
     // Encoding a message built in memory cannot fail; an empty payload would still be a valid
     // (if uninformative) error to containerd.
@@ -163,7 +164,8 @@ fn forward_requests(
         match classify(&frame) {
             Classified::Forward => send(up_writer, &frame)?,
             Classified::Undecodable(message) => {
-                let rejection = Rejection { code: Code::INVALID_ARGUMENT, message: format!("nvinject: {message}") };
+                let rejection =
+                    Rejection { code: Code::INVALID_ARGUMENT, message: format!("nvinject: {message}") };
                 send(down_writer, &rejection_frame(frame.header.stream_id, &rejection))?;
             }
             Classified::Create(create) => {
@@ -174,9 +176,24 @@ fn forward_requests(
                 let down_writer = Arc::clone(down_writer);
                 let up_writer = Arc::clone(up_writer);
                 thread::Builder::new().name("create".into()).spawn(move || {
-                    let outcome = match gate.before_create(&create) {
+                    // A panic must not leave containerd waiting for an answer that never comes.
+                    let decision = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        gate.before_create(&create)
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(Rejection {
+                            code: Code::INTERNAL,
+                            message: format!(
+                                "nvinject: container {}: internal error while injecting devices",
+                                create.id
+                            ),
+                        })
+                    });
+                    let outcome = match decision {
                         Ok(()) => send(&up_writer, &frame),
-                        Err(rejection) => send(&down_writer, &rejection_frame(frame.header.stream_id, &rejection)),
+                        Err(rejection) => {
+                            send(&down_writer, &rejection_frame(frame.header.stream_id, &rejection))
+                        }
                     };
                     if let Err(e) = outcome {
                         tracing::debug!(id = %create.id, error = %e, "could not pass the Create on");
@@ -205,7 +222,9 @@ mod tests {
     }
 
     fn create_payload(id: &str, bundle: &str) -> Vec<u8> {
-        CreateTaskRequest { id: id.into(), bundle: bundle.into(), ..Default::default() }.write_to_bytes().unwrap()
+        CreateTaskRequest { id: id.into(), bundle: bundle.into(), ..Default::default() }
+            .write_to_bytes()
+            .unwrap()
     }
 
     #[test]
@@ -239,12 +258,15 @@ mod tests {
     #[test]
     fn a_create_that_does_not_decode_is_refused() {
         let frame = request_frame("containerd.task.v2.Task", "Create", vec![0x0a, 0xff]);
-        assert!(matches!(classify(&frame), Classified::Undecodable(m) if m.contains("containerd.task.v2.Task")));
+        assert!(
+            matches!(classify(&frame), Classified::Undecodable(m) if m.contains("containerd.task.v2.Task"))
+        );
     }
 
     #[test]
     fn rejection_frames_carry_code_and_message_on_the_same_stream() {
-        let frame = rejection_frame(9, &Rejection { code: Code::FAILED_PRECONDITION, message: "no GPU 9".into() });
+        let frame =
+            rejection_frame(9, &Rejection { code: Code::FAILED_PRECONDITION, message: "no GPU 9".into() });
         assert!(frame.is_response());
         assert_eq!(frame.header.stream_id, 9);
         let response = Response::parse_from_bytes(&frame.payload).unwrap();
@@ -257,6 +279,22 @@ mod tests {
         fn before_create(&self, request: &CreateTaskRequest) -> Result<(), Rejection> {
             Err(Rejection { code: Code::NOT_FOUND, message: format!("refused {}", request.id) })
         }
+    }
+
+    struct Panic;
+    impl CreateGate for Panic {
+        fn before_create(&self, _: &CreateTaskRequest) -> Result<(), Rejection> {
+            panic!("bug");
+        }
+    }
+
+    #[test]
+    fn a_panicking_gate_still_answers_the_create() {
+        let create = request_frame("containerd.task.v2.Task", "Create", create_payload("p1", "/b"));
+        let answers = run_pump(Arc::new(Panic), vec![create]);
+        let response = Response::parse_from_bytes(&answers[0].payload).unwrap();
+        assert_eq!(response.status.code.value(), Code::INTERNAL as i32);
+        assert!(response.status.message.contains("p1"));
     }
 
     struct Allow;

@@ -41,12 +41,15 @@ pub struct ReplyError {
 impl StartReply {
     /// Recognises the answer's form.
     pub fn parse(bytes: &[u8]) -> Result<StartReply, ReplyError> {
-        let error = || ReplyError { preview: String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned() };
+        let error =
+            || ReplyError { preview: String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned() };
         if let Ok(text) = std::str::from_utf8(bytes) {
             let trimmed = text.trim();
             if trimmed.starts_with('{') {
                 return match serde_json::from_str::<serde_json::Value>(trimmed) {
-                    Ok(serde_json::Value::Object(map)) if map.get("address").is_some_and(|a| a.is_string()) => {
+                    Ok(serde_json::Value::Object(map))
+                        if map.get("address").is_some_and(|a| a.is_string()) =>
+                    {
                         Ok(StartReply::Json(map))
                     }
                     _ => Err(error()),
@@ -94,7 +97,9 @@ impl StartReply {
     /// The bytes to print on stdout.
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            StartReply::Plain { leading, address, trailing } => format!("{leading}{address}{trailing}").into_bytes(),
+            StartReply::Plain { leading, address, trailing } => {
+                format!("{leading}{address}{trailing}").into_bytes()
+            }
             StartReply::Json(map) => serde_json::to_vec(map).unwrap_or_default(),
             StartReply::Bootstrap(result) => result.write_to_bytes().unwrap_or_default(),
         }
@@ -128,7 +133,12 @@ mod tests {
 
     #[test]
     fn bootstrap_results_keep_every_other_field() {
-        let mut inner = BootstrapResult { version: 3, address: INNER.into(), protocol: "ttrpc".into(), ..Default::default() };
+        let mut inner = BootstrapResult {
+            version: 3,
+            address: INNER.into(),
+            protocol: "ttrpc".into(),
+            ..Default::default()
+        };
         inner.metadata.insert("k".into(), "v".into());
         let reply = StartReply::parse(&inner.write_to_bytes().unwrap()).unwrap();
         assert!(matches!(reply, StartReply::Bootstrap(_)));

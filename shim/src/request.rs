@@ -21,7 +21,8 @@ use nvinject_cdi::{Kind, NameError, QualifiedName};
 use serde_json::Value;
 
 /// Where volume-mount requests point.
-pub const DEVICE_LIST_DIRS: [&str; 2] = ["/var/run/nvidia-container-devices/", "/run/nvidia-container-devices/"];
+pub const DEVICE_LIST_DIRS: [&str; 2] =
+    ["/var/run/nvidia-container-devices/", "/run/nvidia-container-devices/"];
 
 /// The environment variable of NVIDIA's container toolkit.
 pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -118,7 +119,11 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
 
     // 1. Annotations, in key order (serde_json keeps file order; sort for determinism).
     let mut keys: Vec<&String> = annotations
-        .map(|a| a.keys().filter(|k| policy.annotation_prefixes.iter().any(|p| k.starts_with(p.as_str()))).collect())
+        .map(|a| {
+            a.keys()
+                .filter(|k| policy.annotation_prefixes.iter().any(|p| k.starts_with(p.as_str())))
+                .collect()
+        })
         .unwrap_or_default();
     keys.sort();
     let mut from_annotations = Vec::new();
@@ -170,7 +175,8 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
             } else {
                 ignored.push(Ignored {
                     source: Source::Env,
-                    reason: "the container is not privileged and requests.accept-env-unprivileged is false".into(),
+                    reason: "the container is not privileged and requests.accept-env-unprivileged is false"
+                        .into(),
                 });
             }
         }
@@ -186,8 +192,11 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
     let mut seen = BTreeSet::new();
     let mut names = Vec::new();
     for id in ids {
-        let name = qualify(&id, &policy.default_kind)
-            .map_err(|error| RequestError { origin: source.clone(), value: id.clone(), error })?;
+        let name = qualify(&id, &policy.default_kind).map_err(|error| RequestError {
+            origin: source.clone(),
+            value: id.clone(),
+            error,
+        })?;
         if seen.insert(name.clone()) {
             names.push(name);
         }
@@ -209,11 +218,7 @@ fn env_ids(value: &str) -> Vec<String> {
 
 /// A bare id gets the default kind; anything with `vendor/class=` is parsed as it is.
 pub fn qualify(id: &str, default_kind: &Kind) -> Result<QualifiedName, NameError> {
-    if id.contains('=') {
-        id.parse()
-    } else {
-        QualifiedName::new(default_kind.clone(), id)
-    }
+    if id.contains('=') { id.parse() } else { QualifiedName::new(default_kind.clone(), id) }
 }
 
 /// Privileged as NVIDIA's toolkit and CRI mean it: `CAP_SYS_ADMIN` in the bounding set.
@@ -272,7 +277,10 @@ mod tests {
         let mut off = policy();
         off.accept_volume_mounts = false;
         let r = resolve(&oci, &off).unwrap();
-        assert!(matches!(&r, Resolution::Nothing { ignored } if ignored[0].source == Source::VolumeMounts), "{r:?}");
+        assert!(
+            matches!(&r, Resolution::Nothing { ignored } if ignored[0].source == Source::VolumeMounts),
+            "{r:?}"
+        );
     }
 
     #[test]
@@ -286,7 +294,10 @@ mod tests {
         let mut open = policy();
         open.accept_env_unprivileged = true;
         assert_eq!(names(&resolve(&unpriv, &open).unwrap()), ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]);
-        assert_eq!(names(&resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=all"]), &policy()).unwrap()), ["nvidia.com/gpu=all"]);
+        assert_eq!(
+            names(&resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=all"]), &policy()).unwrap()),
+            ["nvidia.com/gpu=all"]
+        );
     }
 
     #[test]
@@ -296,8 +307,14 @@ mod tests {
             let r = resolve(&privileged(&[var.as_str()]), &policy()).unwrap();
             assert_eq!(r, Resolution::Nothing { ignored: vec![] }, "{nothing:?}");
         }
-        let oci = privileged(&["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0:1,MIG-xyz,nvidia.com/gpu=2"]);
-        assert_eq!(names(&resolve(&oci, &policy()).unwrap()), ["nvidia.com/gpu=0:1", "nvidia.com/gpu=MIG-xyz", "nvidia.com/gpu=2"]);
+        let oci = privileged(&[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_VISIBLE_DEVICES=0:1,MIG-xyz,nvidia.com/gpu=2",
+        ]);
+        assert_eq!(
+            names(&resolve(&oci, &policy()).unwrap()),
+            ["nvidia.com/gpu=0:1", "nvidia.com/gpu=MIG-xyz", "nvidia.com/gpu=2"]
+        );
         // A longer variable name is not the same variable.
         let r = resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES_X=1"]), &policy()).unwrap();
         assert_eq!(r, Resolution::Nothing { ignored: vec![] });
@@ -307,7 +324,8 @@ mod tests {
     fn the_first_source_that_asks_wins_and_the_rest_are_reported() {
         let mut oci = privileged(&["NVIDIA_VISIBLE_DEVICES=all"]);
         oci["annotations"] = json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"});
-        oci["mounts"] = json!([{"destination": "/var/run/nvidia-container-devices/3", "source": "/dev/null"}]);
+        oci["mounts"] =
+            json!([{"destination": "/var/run/nvidia-container-devices/3", "source": "/dev/null"}]);
         let r = resolve(&oci, &policy()).unwrap();
         assert_eq!(names(&r), ["nvidia.com/gpu=1"]);
         let Resolution::Devices { ignored, .. } = r else { unreachable!() };
@@ -338,7 +356,11 @@ mod tests {
 
     #[test]
     fn containers_without_requests_resolve_to_nothing() {
-        for oci in [json!({}), json!({"process": {"env": ["PATH=/bin"]}, "mounts": [], "annotations": {}}), json!(null)] {
+        for oci in [
+            json!({}),
+            json!({"process": {"env": ["PATH=/bin"]}, "mounts": [], "annotations": {}}),
+            json!(null),
+        ] {
             assert_eq!(resolve(&oci, &policy()).unwrap(), Resolution::Nothing { ignored: vec![] });
         }
     }

@@ -40,16 +40,25 @@ fn run() -> anyhow::Result<()> {
         let version = std::fs::read_to_string("/proc/driver/nvidia/version").unwrap_or_default();
         println!("1. NVIDIA driver found: {}", version.lines().next().unwrap_or("").trim());
     } else {
-        println!("1. no NVIDIA driver here: building the simulated node `{preset}` (8 GPUs, device nodes, driver files)");
+        println!(
+            "1. no NVIDIA driver here: building the simulated node `{preset}` (8 GPUs, device nodes, driver files)"
+        );
     }
-    let node = GpuNode::start(&NodeOptions { preset: preset.clone(), real_driver: real, ..Default::default() })
-        .context("setting up the node and a private containerd")?;
+    let node =
+        GpuNode::start(&NodeOptions { preset: preset.clone(), real_driver: real, ..Default::default() })
+            .context("setting up the node and a private containerd")?;
     let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path)?)?;
-    let names: Vec<&str> = spec["devices"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
-    println!("2. nvinject-cdi generate -> {} ({} devices: {})", node.spec_path.display(), names.len(), names.join(" "));
+    let names: Vec<&str> =
+        spec["devices"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
+    println!(
+        "2. nvinject-cdi generate -> {} ({} devices: {})",
+        node.spec_path.display(),
+        names.len(),
+        names.join(" ")
+    );
     println!(
         "3. private containerd {} running (pid {}, socket {}), runtime io.containerd.nvinject.v2 -> {}",
-        "1.6",
+        node.containerd.server_version().unwrap_or_else(|_| "?".into()),
         node.containerd.pid(),
         node.containerd.socket.display(),
         node.bin_dir.join("containerd-shim-nvinject-v2").display()
@@ -72,7 +81,8 @@ fn run() -> anyhow::Result<()> {
     for (path, (open, minor)) in report_devices(report) {
         println!("     {path:<28} minor {minor:<4} open(): {open}");
     }
-    let smi: Vec<&str> = report["nvidia_smi"]["lines"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let smi: Vec<&str> =
+        report["nvidia_smi"]["lines"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     println!("   nvidia-smi -L:");
     for line in &smi {
         println!("     {line}");
@@ -89,14 +99,19 @@ fn run() -> anyhow::Result<()> {
         println!("     {}", line.trim());
     }
     println!("   dlopen(\"libnvidia-ml.so.1\"): {}", summarize_nvml(&report["nvml"]));
-    if let Some(line) = node.shim_log_for("nvinject-demo").into_iter().find(|l| l["message"] == "container create") {
+    if let Some(line) =
+        node.shim_log_for("nvinject-demo").into_iter().find(|l| l["message"] == "container create")
+    {
         println!(
             "   shim log: source={} injected={} (read {} us, inject {} us, write {} us)",
             line["source"], line["injected"], line["read_us"], line["inject_us"], line["write_us"]
         );
     }
     drop(node);
-    println!("5. cleaned up: containerd and its shims stopped by PID, mounts removed, temp dir deleted ({:.1} s total)", started.elapsed().as_secs_f64());
+    println!(
+        "5. cleaned up: containerd and its shims stopped by PID, mounts removed, temp dir deleted ({:.1} s total)",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -136,7 +136,8 @@ fn mounts() -> Value {
 fn command_lines(program: &str, args: &[&str]) -> Value {
     match Command::new(program).args(args).output() {
         Ok(out) => {
-            let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+            let text =
+                String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
             json!({"status": out.status.code(), "lines": text.lines().collect::<Vec<_>>()})
         }
         Err(e) => json!({"error": e.to_string()}),
@@ -176,14 +177,23 @@ fn nvml() -> Value {
         // SAFETY: handle is a live dlopen handle and c a valid C string.
         unsafe { libc::dlsym(handle, c.as_ptr()) }
     };
-    let (init, count, by_index, uuid) =
-        (sym("nvmlInit_v2"), sym("nvmlDeviceGetCount_v2"), sym("nvmlDeviceGetHandleByIndex_v2"), sym("nvmlDeviceGetUUID"));
+    let (init, count, by_index, uuid) = (
+        sym("nvmlInit_v2"),
+        sym("nvmlDeviceGetCount_v2"),
+        sym("nvmlDeviceGetHandleByIndex_v2"),
+        sym("nvmlDeviceGetUUID"),
+    );
     if init.is_null() || count.is_null() || by_index.is_null() || uuid.is_null() {
         return json!({"dlopen": "ok", "error": "missing NVML symbols"});
     }
     // SAFETY: the symbols come from libnvidia-ml.so.1 and have NVML's documented C signatures.
-    let (init, count, by_index, uuid): (InitFn, CountFn, HandleFn, UuidFn) = unsafe {
-        (std::mem::transmute(init), std::mem::transmute(count), std::mem::transmute(by_index), std::mem::transmute(uuid))
+    let (init, count, by_index, uuid) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, InitFn>(init),
+            std::mem::transmute::<*mut c_void, CountFn>(count),
+            std::mem::transmute::<*mut c_void, HandleFn>(by_index),
+            std::mem::transmute::<*mut c_void, UuidFn>(uuid),
+        )
     };
     // SAFETY: NVML calls with valid out-pointers to locals and a buffer of the stated length.
     unsafe {

@@ -17,19 +17,16 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use nvinject_shim::address::ShimAddress;
 use nvinject_shim::config::Config;
-use nvinject_shim::start::{self, LISTEN_FD, StartOutcome, StartRequest};
 use nvinject_shim::config::RuntimeConfig;
 use nvinject_shim::inject::Injector;
 use nvinject_shim::regenerate::CdiGenRegenerator;
+use nvinject_shim::start::{self, StartOutcome, StartRequest};
 use nvinject_shim::{daemon, inner};
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let code = if args.first().is_some_and(|a| a == "proxy") {
-        run_proxy(&args)
-    } else {
-        run_shim_action(&args)
-    };
+    let code =
+        if args.first().is_some_and(|a| a == "proxy") { run_proxy(&args) } else { run_shim_action(&args) };
     std::process::exit(code);
 }
 
@@ -116,9 +113,12 @@ struct ProxyArgs {
     /// The runc shim's ttrpc address.
     #[arg(long)]
     inner: String,
-    /// Our own address (the listening socket is inherited as fd 3).
+    /// Our own address.
     #[arg(long)]
     listen: String,
+    /// The inherited descriptor of the listening socket bound at `--listen`.
+    #[arg(long)]
+    listen_fd: i32,
     /// The nvinject configuration file.
     #[arg(long)]
     config: PathBuf,
@@ -144,6 +144,8 @@ fn run_proxy(args: &[OsString]) -> i32 {
     let config = Config::load(&parsed.config);
     let log_config = config.as_ref().map(|c| c.runtime.clone()).unwrap_or_default();
     init_logging(&log_config, parsed.bundle.as_deref().map(|b| b.join("log")).as_deref(), &parsed.namespace);
+    // stderr is /dev/null: panics must reach the log to be seen at all.
+    std::panic::set_hook(Box::new(|info| tracing::error!(panic = %info, "proxy panic")));
     match proxy(parsed, config, t0) {
         Ok(()) => 0,
         Err(e) => {
@@ -158,9 +160,10 @@ fn proxy(
     config: Result<Config, nvinject_shim::config::ConfigError>,
     t0: std::time::Instant,
 ) -> anyhow::Result<()> {
-    // SAFETY: `start` passes the listening socket as fd 3 and nothing else in this process uses
-    // that number; we take sole ownership of it here, once.
-    let listener = unsafe { UnixListener::from_raw_fd(LISTEN_FD) };
+    check_listener(args.listen_fd)?;
+    // SAFETY: `start` passes the listening socket by number and nothing else in this process uses
+    // that descriptor (checked above to be an open socket); we take sole ownership of it, once.
+    let listener = unsafe { UnixListener::from_raw_fd(args.listen_fd) };
     let own = ShimAddress::parse(&args.listen)?;
     let inner = ShimAddress::parse(&args.inner)?;
     let config = config?;
@@ -169,11 +172,26 @@ fn proxy(
         sys_root: config.regenerate.sys_root.clone(),
     };
     let gate = Injector::new(&config, Box::new(regenerator));
-    tracing::debug!(init_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX), "proxy initialised");
+    tracing::debug!(
+        init_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "proxy initialised"
+    );
     daemon::run(listener, own, inner, Arc::new(gate))?;
     Ok(())
 }
 
+/// Fails unless `fd` is an open socket (the proxy must not adopt some other descriptor).
+fn check_listener(fd: i32) -> anyhow::Result<()> {
+    // SAFETY: fstat on an integer descriptor into a zeroed stat buffer we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` is a valid, exclusively borrowed buffer for the call.
+    if fd < 3 || unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        bail!("--listen-fd {fd} is not an inherited socket");
+    }
+    // SAFETY: fcntl with integer arguments on the descriptor just checked.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok(())
+}
 
 /// Log lines go to containerd's shim log (the bundle's `log` fifo, which containerd copies into its
 /// own log) and, when configured, to a file; both get JSON lines.
@@ -198,7 +216,10 @@ fn init_logging(config: &RuntimeConfig, fifo: Option<&Path>, namespace: &str) {
         }
     }
     let writer = Fanout(Arc::new(sinks));
-    let filter = tracing_subscriber::EnvFilter::new(format!("nvinject_shim={0},containerd_shim_nvinject_v2={0}", config.log_level));
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "nvinject_shim={0},containerd_shim_nvinject_v2={0}",
+        config.log_level
+    ));
     let _ = tracing_subscriber::fmt()
         .json()
         .flatten_event(true)

@@ -47,7 +47,8 @@ fn main() {
         // thread can be reading the environment while it is modified.
         unsafe { std::env::remove_var(key) };
     }
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).without_time().try_init();
+    let _ =
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).without_time().try_init();
     if let Err(e) = run(Cli::parse()) {
         eprintln!("nvinject-hook: {e:#}");
         std::process::exit(1);

@@ -83,7 +83,8 @@ pub fn container_root(bundle: &Path) -> Result<PathBuf, HookError> {
     let fail = |message: String| HookError::Bundle { path: path.clone(), message };
     let text = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
     let spec: serde_json::Value = serde_json::from_slice(&text).map_err(|e| fail(e.to_string()))?;
-    let root = spec.pointer("/root/path").and_then(|v| v.as_str()).ok_or_else(|| fail("no root.path".into()))?;
+    let root =
+        spec.pointer("/root/path").and_then(|v| v.as_str()).ok_or_else(|| fail("no root.path".into()))?;
     let root = Path::new(root);
     Ok(if root.is_absolute() { root.to_owned() } else { bundle.join(root) })
 }
@@ -155,7 +156,8 @@ pub fn update_ldcache(root: &ContainerRoot, ldconfig: &Path, folders: &[PathBuf]
         root.write_file(Path::new(LDCONF_DROPIN), text.as_bytes(), 0o644)?;
     }
     let fail = |message: String| HookError::Ldconfig { ldconfig: ldconfig.to_owned(), message };
-    let output = ldconfig_command(ldconfig, root.path(), folders).output().map_err(|e| fail(e.to_string()))?;
+    let output =
+        ldconfig_command(ldconfig, root.path(), folders).output().map_err(|e| fail(e.to_string()))?;
     if !output.status.success() {
         return Err(fail(format!("{}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim())));
     }
@@ -186,7 +188,9 @@ mod tests {
         assert_eq!(container_root(dir.path()).unwrap(), PathBuf::from("/abs/root"));
         std::fs::write(dir.path().join("config.json"), br#"{"process":{}}"#).unwrap();
         assert!(container_root(dir.path()).unwrap_err().to_string().contains("root.path"));
-        let state = parse_state(br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":5,"bundle":"/b"}"#).unwrap();
+        let state =
+            parse_state(br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":5,"bundle":"/b"}"#)
+                .unwrap();
         assert_eq!((state.id.as_str(), state.bundle.as_path()), ("c1", Path::new("/b")));
         assert!(parse_state(b"{}").is_err());
     }
@@ -200,7 +204,8 @@ mod tests {
 
     #[test]
     fn ldconfig_runs_with_an_empty_environment_on_the_root() {
-        let cmd = ldconfig_command(Path::new("/sbin/ldconfig"), Path::new("/r"), &[PathBuf::from("/usr/lib/x")]);
+        let cmd =
+            ldconfig_command(Path::new("/sbin/ldconfig"), Path::new("/r"), &[PathBuf::from("/usr/lib/x")]);
         let args: Vec<_> = cmd.get_args().collect();
         assert_eq!(args, ["-r", "/r", "/usr/lib/x"]);
         // env_clear: no inherited variable will be passed on.
@@ -220,7 +225,8 @@ mod tests {
         assert!(libc_path.exists(), "this test needs a Debian x86_64 host (as CI is)");
         std::fs::copy(libc_path, lib_dir.join("libc.so.6")).unwrap();
         let root = ContainerRoot::open(&root_path).unwrap();
-        update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("/usr/lib/x86_64-linux-gnu")]).unwrap();
+        update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("/usr/lib/x86_64-linux-gnu")])
+            .unwrap();
         let cache = std::fs::read(root_path.join("etc/ld.so.cache")).unwrap();
         assert!(cache.windows(9).any(|w| w == b"libc.so.6"), "the cache lists the library");
         let dropin = std::fs::read_to_string(root_path.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap();

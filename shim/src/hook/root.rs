@@ -54,7 +54,12 @@ impl ContainerRoot {
     /// Opens the root directory `path` (a host path).
     pub fn open(path: &Path) -> Result<ContainerRoot, RootError> {
         let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| RootError { op: "open", path: "/".into(), root: path.display().to_string(), source: e.into() })?;
+            .map_err(|e| RootError {
+                op: "open",
+                path: "/".into(),
+                root: path.display().to_string(),
+                source: e.into(),
+            })?;
         Ok(ContainerRoot { path: path.to_owned(), fd })
     }
 
@@ -64,7 +69,12 @@ impl ContainerRoot {
     }
 
     fn err(&self, op: &'static str, path: &Path, e: impl Into<io::Error>) -> RootError {
-        RootError { op, path: path.display().to_string(), root: self.path.display().to_string(), source: e.into() }
+        RootError {
+            op,
+            path: path.display().to_string(),
+            root: self.path.display().to_string(),
+            source: e.into(),
+        }
     }
 
     fn resolve(&self, path: &Path, flags: OFlag, mode: Mode) -> nix::Result<OwnedFd> {
@@ -85,7 +95,8 @@ impl ContainerRoot {
 
     /// Opens directory `path` inside the root, creating missing components (mode 0755).
     pub fn mkdir_all(&self, path: &Path) -> Result<OwnedFd, RootError> {
-        let mut current = self.resolve(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
+        let mut current = self
+            .resolve(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
             .map_err(|e| self.err("open", Path::new("/"), e))?;
         let mut so_far = PathBuf::from("/");
         for component in relative(path).components() {
@@ -106,13 +117,16 @@ impl ContainerRoot {
 
     /// Makes the symlink `link` -> `target` inside the root (parents created as needed).
     pub fn symlink(&self, target: &Path, link: &Path) -> Result<LinkOutcome, RootError> {
-        let (parent, name) = split(link).ok_or_else(|| self.err("symlink", link, io::ErrorKind::InvalidInput))?;
+        let (parent, name) =
+            split(link).ok_or_else(|| self.err("symlink", link, io::ErrorKind::InvalidInput))?;
         let dir = self.mkdir_all(&parent)?;
         match nix::unistd::symlinkat(target, dir.as_fd(), name) {
             Ok(()) => Ok(LinkOutcome::Created),
             Err(Errno::EEXIST) => match nix::fcntl::readlinkat(dir.as_fd(), name) {
                 Ok(existing) if Path::new(&existing) == target => Ok(LinkOutcome::AlreadyThere),
-                Ok(existing) => Ok(LinkOutcome::Occupied { existing: existing.to_string_lossy().into_owned() }),
+                Ok(existing) => {
+                    Ok(LinkOutcome::Occupied { existing: existing.to_string_lossy().into_owned() })
+                }
                 Err(_) => Ok(LinkOutcome::Occupied { existing: "a file or directory".into() }),
             },
             Err(e) => Err(self.err("symlink", link, e)),
@@ -127,7 +141,8 @@ impl ContainerRoot {
     /// Replaces the regular file `path` inside the root with `bytes` (its directory must exist).
     /// Written through a temp file and a rename within that directory.
     pub fn write_file(&self, path: &Path, bytes: &[u8], mode: u32) -> Result<(), RootError> {
-        let (parent, name) = split(path).ok_or_else(|| self.err("write", path, io::ErrorKind::InvalidInput))?;
+        let (parent, name) =
+            split(path).ok_or_else(|| self.err("write", path, io::ErrorKind::InvalidInput))?;
         let dir = self
             .resolve(&parent, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
             .map_err(|e| self.err("open directory", &parent, e))?;
@@ -143,10 +158,10 @@ impl ContainerRoot {
         )
         .map_err(|e| self.err("create", path, e))?;
         let mut file = std::fs::File::from(fd);
-        let result = file
-            .write_all(bytes)
-            .map_err(|e| self.err("write", path, e))
-            .and_then(|()| nix::fcntl::renameat(dir.as_fd(), temp, dir.as_fd(), name).map_err(|e| self.err("rename", path, e)));
+        let result = file.write_all(bytes).map_err(|e| self.err("write", path, e)).and_then(|()| {
+            nix::fcntl::renameat(dir.as_fd(), temp, dir.as_fd(), name)
+                .map_err(|e| self.err("rename", path, e))
+        });
         if result.is_err() {
             let _ = nix::unistd::unlinkat(dir.as_fd(), temp, nix::unistd::UnlinkatFlags::NoRemoveDir);
         }
@@ -187,7 +202,10 @@ mod tests {
         let r = ContainerRoot::open(&root).unwrap();
         let link = Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so");
         assert_eq!(r.symlink(Path::new("libcuda.so.1"), link).unwrap(), LinkOutcome::Created);
-        assert_eq!(fs::read_link(root.join("usr/lib/x86_64-linux-gnu/libcuda.so")).unwrap(), Path::new("libcuda.so.1"));
+        assert_eq!(
+            fs::read_link(root.join("usr/lib/x86_64-linux-gnu/libcuda.so")).unwrap(),
+            Path::new("libcuda.so.1")
+        );
         assert_eq!(r.symlink(Path::new("libcuda.so.1"), link).unwrap(), LinkOutcome::AlreadyThere);
         assert_eq!(
             r.symlink(Path::new("other"), link).unwrap(),
@@ -223,7 +241,8 @@ mod tests {
         fs::write(&victim, b"host data").unwrap();
         symlink(&victim, root.join("etc/ld.so.conf.d/.00-nvinject.conf.nvinject.tmp")).unwrap();
         let r = ContainerRoot::open(&root).unwrap();
-        let err = r.write_file(Path::new("/etc/ld.so.conf.d/00-nvinject.conf"), b"/usr/lib\n", 0o644).unwrap_err();
+        let err =
+            r.write_file(Path::new("/etc/ld.so.conf.d/00-nvinject.conf"), b"/usr/lib\n", 0o644).unwrap_err();
         assert!(err.to_string().contains("00-nvinject.conf"), "{err}");
         assert_eq!(fs::read(&victim).unwrap(), b"host data");
         fs::remove_file(root.join("etc/ld.so.conf.d/.00-nvinject.conf.nvinject.tmp")).unwrap();
