@@ -58,7 +58,9 @@ fn main() {
         eprintln!("shim_start bench: {e}");
         std::process::exit(1);
     }
-    let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
+    // Info level while timing: at debug, every `start` also writes a timing line (measured below).
+    let node = GpuNode::start(&NodeOptions { log_level: "info".into(), ..Default::default() })
+        .unwrap_or_else(|e| panic!("node setup: {e}"));
     let exit0 = vec![PROBE_PATH.to_owned(), "exit".to_owned(), "0".to_owned()];
     let variants: [(&'static str, RunOptions); 3] = [
         ("runc", RunOptions { runtime: RUNC_RUNTIME.into(), command: exit0.clone(), ..Default::default() }),
@@ -187,11 +189,19 @@ fn main() {
         println!("{:<28} {:>10.0} {:>10.0}", name, percentile(v, 0.5), percentile(v, 0.9));
     }
 
-    // What `start` adds: our start's total time minus the runc shim's own start inside it.
+    // What `start` adds: our start's total time minus the runc shim's own start inside it (logged
+    // at debug level, so switch the config to debug for these runs; it is read at every start).
+    let config = std::fs::read_to_string(&node.config_path).expect("config");
+    std::fs::write(&node.config_path, config.replace("log-level = \"info\"", "log-level = \"debug\""))
+        .expect("config");
+    for round in 0..runs {
+        let r = node.run(&format!("st-{round}"), &variants[1].1).expect("run");
+        assert_eq!(r.status, 0, "{}", r.stderr);
+    }
     let mut extra = Vec::new();
     let mut inner = Vec::new();
     for round in 0..runs {
-        for line in node.shim_log_for(&format!("b-1-{round}")) {
+        for line in node.shim_log_for(&format!("st-{round}")) {
             if line["message"] == "shim start" {
                 let (t, i) =
                     (line["total_us"].as_f64().unwrap_or(0.0), line["inner_us"].as_f64().unwrap_or(0.0));

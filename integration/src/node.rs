@@ -40,11 +40,19 @@ pub struct NodeOptions {
     pub config_extra: String,
     /// Enable containerd's CRI plugin (with an `nvidia` handler using our runtime).
     pub cri: bool,
+    /// The shim's `[runtime] log-level` (`debug` adds a `shim start` timing line per start).
+    pub log_level: String,
 }
 
 impl Default for NodeOptions {
     fn default() -> Self {
-        NodeOptions { preset: "h100x8".into(), real_driver: false, config_extra: String::new(), cri: false }
+        NodeOptions {
+            preset: "h100x8".into(),
+            real_driver: false,
+            config_extra: String::new(),
+            cri: false,
+            log_level: "debug".into(),
+        }
     }
 }
 
@@ -173,10 +181,11 @@ impl GpuNode {
         let shim_log = base.join("shim.log");
         let config_path = base.join("nvinject.toml");
         let config = format!(
-            "[cdi]\nspec-dirs = [{cdi}]\n\n[runtime]\nlog-file = {log}\nlog-level = \"debug\"\n\n\
+            "[cdi]\nspec-dirs = [{cdi}]\n\n[runtime]\nlog-file = {log}\nlog-level = {level}\n\n\
              [regenerate]\nsys-root = {sys}\nproc-root = {proc}\n{extra}\n",
             cdi = toml_str(&cdi_dir),
             log = toml_str(&shim_log),
+            level = toml_str(Path::new(&options.log_level)),
             sys = toml_str(&roots.sys),
             proc = toml_str(&roots.proc),
             extra = options.config_extra,
