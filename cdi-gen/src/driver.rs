@@ -327,23 +327,24 @@ pub fn locate_nvml(root: &Path, library_dirs: &[String]) -> Option<std::path::Pa
 }
 
 /// The driver version from a `libcuda.so.<version>` file name in the library folders: the last
-/// resort when the kernel module's version files are not readable.
+/// resort when the kernel module's version files are not readable. Where an upgrade left several,
+/// the newest (compared number by number, so `535.104.05` is newer than `535.54.03`).
 pub fn libcuda_version(root: &Path, library_dirs: &[String]) -> Option<String> {
     for dir in library_dirs {
         let Ok(real) = resolve_in_root(root, dir) else { continue };
         let Ok(read) = fs::read_dir(join(root, &real)) else { continue };
-        let mut versions: Vec<String> = read
+        let newest = read
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().to_str()?.to_owned();
                 let v = name.strip_prefix("libcuda.so.")?;
-                (v.split('.').count() >= 2
-                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
-                .then(|| v.to_owned())
+                let number =
+                    |p: &str| p.bytes().all(|b| b.is_ascii_digit()).then(|| p.parse::<u64>().ok())?;
+                let parts: Option<Vec<u64>> = v.split('.').map(number).collect();
+                parts.filter(|p| p.len() >= 2).map(|p| (p, v.to_owned()))
             })
-            .collect();
-        versions.sort();
-        if let Some(v) = versions.pop() {
+            .max();
+        if let Some((_, v)) = newest {
             return Some(v);
         }
     }
@@ -478,6 +479,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         put(tmp.path(), &format!("/usr/lib64/libcuda.so.{VER}"), b"");
         put(tmp.path(), "/usr/lib64/libcuda.so.1", b"");
+        put(tmp.path(), "/usr/lib64/libcuda.so.550.9.1", b""); // older, though it sorts later as text
+        put(tmp.path(), "/usr/lib64/libcuda.so.550.54.x", b"");
         assert_eq!(libcuda_version(tmp.path(), &default_library_dirs()).as_deref(), Some(VER));
     }
 

@@ -35,7 +35,8 @@ impl ReadAt for std::fs::File {
         let mut buf = vec![0; len];
         let mut filled = 0;
         while filled < len {
-            match std::os::unix::fs::FileExt::read_at(self, &mut buf[filled..], offset + filled as u64) {
+            let at = offset.saturating_add(filled as u64);
+            match std::os::unix::fs::FileExt::read_at(self, &mut buf[filled..], at) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -117,11 +118,15 @@ pub fn soname(file: &(impl ReadAt + ?Sized)) -> io::Result<Option<String>> {
         }
     }
     let (Some(strtab), Some(name)) = (strtab, name) else { return Ok(None) };
-    let Some(&(vaddr, offset, _)) = loads.iter().find(|(v, _, size)| strtab >= *v && strtab < v + size)
+    // Every figure below comes from the file: a corrupt one must give "no SONAME", not an overflow.
+    let Some(&(vaddr, offset, _)) = loads.iter().find(|(v, _, size)| strtab >= *v && strtab - v < *size)
     else {
         return Ok(None);
     };
-    let bytes = file.read_at(strtab - vaddr + offset + name, 256)?;
+    let Some(at) = (strtab - vaddr).checked_add(offset).and_then(|a| a.checked_add(name)) else {
+        return Ok(None);
+    };
+    let bytes = file.read_at(at, 256)?;
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     Ok((end > 0).then(|| String::from_utf8_lossy(&bytes[..end]).into_owned()))
 }
@@ -188,6 +193,19 @@ pub(crate) mod tests {
         assert_eq!(soname(b"just text".as_slice()).unwrap(), None);
         let mut b = tiny_so("libx.so.1");
         b.truncate(150);
+        assert_eq!(soname(b.as_slice()).unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_sizes_and_offsets_do_not_overflow() {
+        // PT_LOAD p_filesz (program header 0, byte 32) at its maximum: the address test must not wrap.
+        let mut b = tiny_so("libcuda.so.1");
+        b[64 + 32..64 + 40].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(soname(b.as_slice()).unwrap().as_deref(), Some("libcuda.so.1"));
+        // DT_SONAME's string offset (second dynamic entry's value) at its maximum.
+        let mut b = tiny_so("libcuda.so.1");
+        let soname_val = 64 + 2 * 56 + 16 + 8;
+        b[soname_val..soname_val + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(soname(b.as_slice()).unwrap(), None);
     }
 

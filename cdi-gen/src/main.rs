@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nvinject_cdi::{Format, Kind, Registry, SpecError, load_file};
-use nvinject_cdi_gen::{GenerateOptions, HookKind, Mode, Nvml, Root, generate, write_spec};
-use nvinject_gpu::NamingStrategy;
+use nvinject_cdi_gen::{GenerateError, GenerateOptions, HookKind, Mode, Nvml, Root, generate, write_spec};
+use nvinject_gpu::{NamingStrategy, NvmlError};
 use tracing::level_filters::LevelFilter;
 
 /// Where the installer puts the hook.
@@ -162,6 +162,30 @@ fn error_chain(e: &anyhow::Error) -> String {
     text
 }
 
+/// Writes `text` to stdout. A reader that went away (`nvinject-cdi list | head -1`) is not a failure,
+/// as for other command-line tools; any other write error is.
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to stdout"),
+        _ => Ok(()),
+    }
+}
+
+/// The library's NVML errors say what failed and why; the flags that work around it belong to this
+/// command, so the hint is added here.
+fn with_flag_hint(e: GenerateError) -> anyhow::Error {
+    let hint = match &e {
+        GenerateError::Nvml(NvmlError::Load { .. }) => {
+            "point at the library with --nvml-lib, or use --mode management to work without NVML"
+        }
+        GenerateError::Nvml(NvmlError::DriverNotLoaded { .. }) => "--mode management works without it",
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{e}; {hint}")
+}
+
 fn root(host: &Path, ctr: Option<&Path>) -> anyhow::Result<Root> {
     if !host.is_absolute() {
         bail!("root {} must be an absolute path", host.display());
@@ -229,7 +253,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     opts.device_ids = args.device_ids;
     opts.disabled_hooks = args.disabled_hooks;
 
-    let spec = generate(&opts, &Nvml)?;
+    let spec = generate(&opts, &Nvml).map_err(with_flag_hint)?;
     match &args.output {
         Some(path) => {
             write_spec(path, &spec, format)?;
@@ -261,32 +285,39 @@ fn run_list(args: ListArgs) -> anyhow::Result<ExitCode> {
         out.push_str(&d.name);
         out.push('\n');
     }
-    print!("{out}");
+    print_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn run_validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    use std::fmt::Write as _;
     let mut failed = false;
+    let mut out = String::new();
+    // Writing to a String cannot fail.
     for path in &args.files {
         match load_file(path) {
-            Ok(spec) => println!(
-                "{}: ok (cdiVersion {}, kind {}, {} devices)",
-                path.display(),
-                spec.cdi_version,
-                spec.kind,
-                spec.devices.len()
-            ),
+            Ok(spec) => {
+                let _ = writeln!(
+                    out,
+                    "{}: ok (cdiVersion {}, kind {}, {} devices)",
+                    path.display(),
+                    spec.cdi_version,
+                    spec.kind,
+                    spec.devices.len()
+                );
+            }
             Err(SpecError::Invalid { path, problems }) => {
                 failed = true;
                 for p in problems {
-                    println!("{}: {p}", path.display());
+                    let _ = writeln!(out, "{}: {p}", path.display());
                 }
             }
             Err(e) => {
                 failed = true;
-                println!("{e}");
+                let _ = writeln!(out, "{e}");
             }
         }
     }
+    print_stdout(&out)?;
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -359,13 +359,10 @@ impl Registry {
     pub fn devices(&self) -> Vec<Listed<'_>> {
         let mut out: Vec<Listed<'_>> = Vec::new();
         for (path, spec) in self.specs() {
+            // Loaded specs passed validation, so both parse; a miss only skips, never panics.
+            let Ok(kind) = spec.kind.parse::<Kind>() else { continue };
             for device in &spec.devices {
-                let Ok(name) = QualifiedName::new(
-                    spec.kind.parse::<Kind>().expect("validated specs have valid kinds"),
-                    &device.name,
-                ) else {
-                    continue;
-                };
+                let Ok(name) = QualifiedName::new(kind.clone(), &device.name) else { continue };
                 if let Ok(resolved) = self.resolve(&name)
                     && resolved.path == path
                 {

@@ -224,7 +224,9 @@ fn check_edits(edits: &ContainerEdits, at: &str, p: &mut Problems) {
 }
 
 /// Annotation keys follow Kubernetes' rules: an optional DNS subdomain prefix and `/`, then a name
-/// of at most 63 letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit.
+/// of at most 63 letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit. Like
+/// Kubernetes' own annotation check, the prefix is lower-cased before it is checked, so `Vendor.io/x`
+/// is accepted where `vendor_io/x` is not.
 fn check_annotations(annotations: &std::collections::BTreeMap<String, String>, at: &str, p: &mut Problems) {
     let mut total = 0;
     for (key, value) in annotations {
@@ -252,7 +254,7 @@ fn annotation_key_problem(key: &str) -> Option<&'static str> {
                 && !l.ends_with('-')
         };
         if prefix.len() > 253 || !prefix.to_ascii_lowercase().split('.').all(label_ok) {
-            return Some("has a prefix that is not a DNS subdomain (lower-case letters, digits, '-', '.')");
+            return Some("has a prefix that is not a DNS subdomain (letters, digits, '-' and '.' only)");
         }
     }
     let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());

@@ -6,7 +6,9 @@
 //!
 //! Boundary: [`nvml`] is the only module that performs I/O (it loads `libnvidia-ml.so.1` through
 //! `nvml-wrapper`, from a path the caller chooses). Everything else is pure. This crate never reads
-//! the driver's files, writes anything, or keeps NVML loaded after discovery returns.
+//! the driver's files or writes anything; [`discover`] unloads NVML before it returns, and a caller
+//! that must keep it loaded (the device plugin waits for XID events) holds the handle [`nvml::open`]
+//! gives it.
 
 pub mod model;
 pub mod naming;

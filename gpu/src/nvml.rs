@@ -28,9 +28,10 @@ const NVLINK_MAX_LINKS: u32 = 18;
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlError {
     /// The library could not be loaded or lacks its entry points.
+    // No command-line flags here: each binary that can work around this adds its own hint.
     #[error(
-        "cannot load NVML from {library}: {source}. Is the NVIDIA driver installed? Point at the library \
-         with --nvml-lib, or use --mode management to work without NVML"
+        "cannot load NVML from {library}: {source}. Is the NVIDIA driver installed, and is that its \
+         libnvidia-ml.so.1?"
     )]
     Load {
         /// Path or name that was tried.
@@ -41,7 +42,7 @@ pub enum NvmlError {
     /// The library loaded but the kernel driver is not there.
     #[error(
         "NVML ({library}) reports the NVIDIA kernel driver is not loaded: load it (modprobe nvidia) or check \
-         the driver container; --mode management works without it"
+         the driver container"
     )]
     DriverNotLoaded {
         /// Path or name of the library.

@@ -2,14 +2,13 @@
 //! test hook.
 //!
 //! Every file others read (containerd's config, our drop-in, the CDI spec, binaries) is written
-//! to a temp file in the same directory, synced, and renamed over the target, so a reader or a
-//! kill -9 at any moment sees either the old or the new bytes, never a mix.
+//! to a temp file in the same directory, synced, and renamed over the target (`nvinject-fsio`),
+//! so a reader or a kill -9 at any moment sees either the old or the new bytes, never a mix.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nvinject_fsio::{Durability, WriteError, WriteOptions};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -67,14 +66,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The temp file used to replace `path`: hidden, in the same directory (same file system, so the
-/// rename is atomic), with a fixed name so a run killed mid-write leaves at most one, which the
-/// next write reuses.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.nvinject-tmp"))
-}
-
 /// Reads a file; `None` when it does not exist.
 pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
     match fs::read(path) {
@@ -84,55 +75,51 @@ pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
     }
 }
 
-/// Replaces `path` with `bytes` atomically. An existing file keeps its mode and owner; a new one
-/// gets `mode`.
+/// Replaces `path` with `bytes` atomically, durably (file and directory flushed), with the two
+/// fault points (`temp written`, `renamed`). An existing file keeps its mode and owner; a new one
+/// gets `mode`. Temp files of earlier runs killed mid-write are removed first (we hold the host
+/// lock, so no other installer is writing them).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, hook: &FaultHook) -> Result<()> {
-    let tmp = temp_path(path);
-    let existing = fs::metadata(path).ok();
-    let mode = existing.as_ref().map(|m| m.permissions().mode() & 0o7777).unwrap_or(mode);
-    // A leftover temp file from a killed run may have other permissions: start fresh.
-    let _ = fs::remove_file(&tmp);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(Error::io("create", &tmp))?;
-    file.write_all(bytes).map_err(Error::io("write", &tmp))?;
-    // The umask may have masked bits off at creation.
-    file.set_permissions(fs::Permissions::from_mode(mode)).map_err(Error::io("chmod", &tmp))?;
-    if let Some(meta) = &existing {
-        std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()))
-            .map_err(Error::io("chown", &tmp))?;
+    remove_stale_temps(path);
+    let options = WriteOptions::new(mode).keep_existing_mode_and_owner(true);
+    nvinject_fsio::write_atomic_with(path, bytes, &options, &mut |step, p| hook.point(step.label(), p))
+        .map_err(write_error)
+}
+
+/// Points `path` at `target` atomically, with the same two fault points as [`write_atomic`]
+/// (temp symlink made, renamed into place).
+pub fn symlink_atomic(target: &str, path: &Path, hook: &FaultHook) -> Result<()> {
+    remove_stale_temps(path);
+    nvinject_fsio::symlink_atomic(Path::new(target), path, Durability::None, &mut |step, p| {
+        hook.point(step.label(), p)
+    })
+    .map_err(write_error)
+}
+
+/// Removes temp files of `path` left by a run killed between writing and renaming them. Best
+/// effort: a leftover is hidden and harmless, and the write that follows reports real trouble.
+pub fn remove_stale_temps(path: &Path) {
+    if let Err(error) = nvinject_fsio::remove_stale_temps(path) {
+        tracing::warn!(path = %path.display(), %error, "cannot remove stale temporary files");
     }
-    file.sync_all().map_err(Error::io("sync", &tmp))?;
-    drop(file);
-    hook.point("temp written", path);
-    fs::rename(&tmp, path).map_err(Error::io("rename into place", path))?;
-    sync_dir(path);
-    hook.point("renamed", path);
-    Ok(())
+}
+
+fn write_error(e: WriteError) -> Error {
+    Error::Io { op: e.step, path: e.path, source: e.source }
 }
 
 /// Removes a file if present; a missing file is fine.
 pub fn remove_file(path: &Path, hook: &FaultHook) -> Result<bool> {
     match fs::remove_file(path) {
         Ok(()) => {
-            sync_dir(path);
+            // Makes the removal durable: without it a power cut can bring the old name back.
+            // Best effort, as the file is gone either way.
+            let _ = nvinject_fsio::sync_parent_dir(path);
             hook.point("removed", path);
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(Error::io("remove", path)(e)),
-    }
-}
-
-/// Makes the rename or removal durable: without it a power cut can bring the old name back.
-fn sync_dir(path: &Path) {
-    if let Some(dir) = path.parent()
-        && let Ok(d) = fs::File::open(dir)
-    {
-        let _ = d.sync_all();
     }
 }
 
@@ -162,6 +149,16 @@ pub fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
 
     #[test]
     fn atomic_write_replaces_content_and_keeps_mode() {
@@ -169,10 +166,35 @@ mod tests {
         let path = dir.path().join("config.toml");
         fs::write(&path, "old").unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
-        write_atomic(&path, b"new", 0o644, &FaultHook::none()).unwrap();
+        let hook = FaultHook::none();
+        write_atomic(&path, b"new", 0o644, &hook).unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert!(!temp_path(&path).exists(), "temp file left behind");
+        assert_eq!(names(dir.path()), ["config.toml"], "temp file left behind");
+        assert_eq!(hook.points_seen(), 2, "a write has two fault points");
+    }
+
+    #[test]
+    fn symlinks_are_replaced_with_two_fault_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("195:0");
+        let hook = FaultHook::none();
+        symlink_atomic("../nvidia0", &link, &hook).unwrap();
+        symlink_atomic("../nvidia1", &link, &hook).unwrap();
+        assert_eq!(fs::read_link(&link).unwrap(), Path::new("../nvidia1"));
+        assert_eq!(names(dir.path()), ["195:0"]);
+        assert_eq!(hook.points_seen(), 4);
+    }
+
+    #[test]
+    fn a_failed_write_names_the_file_and_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing/config.toml");
+        let err = write_atomic(&path, b"x", 0o644, &FaultHook::none()).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { op: "create temporary file", path: p, .. } if *p == path),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! killed earlier run left a restart owed), then the installer waits until it answers.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -218,6 +219,10 @@ struct Prepared {
     runtime_config: String,
     spec: Option<Vec<u8>>,
     links: Vec<devchar::CharLink>,
+    /// The file the main config path finally names (it may be a link an operator keeps).
+    main_file: String,
+    /// Mode of a new drop-in: no wider than the main file's.
+    drop_in_mode: u32,
     warnings: Vec<String>,
 }
 
@@ -314,7 +319,27 @@ impl Installer<'_> {
         } else {
             Vec::new()
         };
-        Ok(Prepared { containerd, plan, binaries, runtime_config, spec, links, warnings })
+        // Writing renames a new file over the old one; through a link that would replace the
+        // operator's link with a copy, so the file the link names is written instead.
+        let main_file = s.host_root.follow_links(&s.containerd_config);
+        if main_file != s.containerd_config {
+            tracing::info!(config = %s.containerd_config, file = %main_file, "containerd config is a link: editing its target");
+        }
+        // On containerd 1.x the drop-in repeats the CRI section, registry credentials included: it
+        // must not be readable by more users than the main file.
+        let drop_in_mode =
+            fs::metadata(s.host_root.resolve(&main_file)).map_or(0o644, |m| m.permissions().mode() & 0o644);
+        Ok(Prepared {
+            containerd,
+            plan,
+            binaries,
+            runtime_config,
+            spec,
+            links,
+            main_file,
+            drop_in_mode,
+            warnings,
+        })
     }
 
     /// Installs (or converges an existing install). Idempotent: a second run writes nothing and
@@ -409,16 +434,22 @@ impl Installer<'_> {
         record(
             &mut written,
             &drop_in,
-            ledger.write_file(&drop_in, prepared.plan.drop_in.as_bytes(), 0o644, Role::DropIn)?,
+            ledger.write_file(
+                &drop_in,
+                prepared.plan.drop_in.as_bytes(),
+                prepared.drop_in_mode,
+                Role::DropIn,
+            )?,
         );
+        let main_file = &prepared.main_file;
         match &prepared.plan.main {
-            MainChange::Unchanged => ledger.keep(&s.containerd_config),
+            MainChange::Unchanged => ledger.keep(main_file),
             MainChange::Update(text) | MainChange::Create(text) => {
-                ledger.ensure_dir(parent(&s.containerd_config))?;
+                ledger.ensure_dir(parent(main_file))?;
                 record(
                     &mut written,
-                    &s.containerd_config,
-                    ledger.write_file(&s.containerd_config, text.as_bytes(), 0o644, Role::ContainerdMain)?,
+                    main_file,
+                    ledger.write_file(main_file, text.as_bytes(), 0o644, Role::ContainerdMain)?,
                 );
             }
         }
@@ -528,20 +559,39 @@ pub fn read_sources(
             })
         })?),
     };
-    let mut sources =
-        ConfigSources { main_path: main_path.to_owned(), main: main.clone(), imported: Vec::new() };
+    let mut sources = ConfigSources {
+        main_path: main_path.to_owned(),
+        main: main.clone(),
+        imported: Vec::new(),
+        imported_before_drop_in: 0,
+    };
     let mut loaded = vec![main_path.to_owned()];
     let mut pending: Vec<(String, String)> =
         main.map(|t| vec![(main_path.to_owned(), t)]).unwrap_or_default();
+    // Where containerd will load the drop-in: files are read in load order (breadth first, as
+    // containerd does), so that is the number read when an entry names it.
+    let mut drop_in_at: Option<usize> = None;
     while !pending.is_empty() {
         let (path, text) = pending.remove(0);
         for target in containerd::plan::import_targets(&path, &text, containerd)? {
-            let files = match target {
-                containerd::imports::ImportTarget::File(f) => vec![f],
-                containerd::imports::ImportTarget::Glob(pattern) => expand_glob(root, &pattern),
+            let files = match &target {
+                containerd::imports::ImportTarget::File(f) => vec![f.clone()],
+                containerd::imports::ImportTarget::Glob(pattern) => {
+                    let mut files = expand_glob(root, pattern);
+                    // On a first install the drop-in does not exist yet; the glob will match it.
+                    if !drop_in.is_empty() && target.covers(drop_in) && !files.iter().any(|f| f == drop_in) {
+                        let at = files.iter().position(|f| f.as_str() > drop_in).unwrap_or(files.len());
+                        files.insert(at, drop_in.to_owned());
+                    }
+                    files
+                }
             };
             for file in files {
-                if file == drop_in || loaded.contains(&file) {
+                if file == drop_in {
+                    drop_in_at.get_or_insert(sources.imported.len());
+                    continue;
+                }
+                if loaded.contains(&file) {
                     continue;
                 }
                 loaded.push(file.clone());
@@ -557,7 +607,12 @@ pub fn read_sources(
                 pending.push((file, text));
             }
         }
+        if path == main_path {
+            // Not imported yet: the entry we add goes after the main file's others.
+            drop_in_at.get_or_insert(sources.imported.len());
+        }
     }
+    sources.imported_before_drop_in = drop_in_at.unwrap_or(sources.imported.len());
     Ok(sources)
 }
 

@@ -215,10 +215,21 @@ impl HostArgs {
             ("--dev-root", &s.dev_root),
             ("--state-dir", &s.state_dir),
             ("--shim-link-dir", &s.shim_link_dir),
+            ("--proc-root", &s.proc_root),
+            ("--sys-root", &s.sys_root),
+            ("--lock-file", &s.lock_file),
         ] {
             if !value.starts_with('/') {
                 bail!("{flag} {value:?}: host paths must be absolute");
             }
+        }
+        if !manifests::is_dns_label(&s.handler) {
+            // It becomes a containerd runtime name and a RuntimeClass handler, which Kubernetes
+            // requires to be a DNS label.
+            bail!(
+                "--handler {:?}: use a DNS label (lower-case letters, digits and '-', at most 63, e.g. nvidia)",
+                s.handler
+            );
         }
         Ok(s)
     }
@@ -451,5 +462,11 @@ mod tests {
             Cli::try_parse_from(["nvinject-installer", "install", "--cdi-dir=var/run/cdi"]).unwrap();
         let Command::Install(args) = relative.command else { panic!("not install") };
         assert!(args.settings().unwrap_err().to_string().contains("--cdi-dir"));
+        for bad in ["", "Nvidia", "nv idia", "nvidia.", "-nvidia", "nvidia]"] {
+            let cli =
+                Cli::try_parse_from(["nvinject-installer", "install", &format!("--handler={bad}")]).unwrap();
+            let Command::Install(args) = cli.command else { panic!("not install") };
+            assert!(args.settings().unwrap_err().to_string().contains("--handler"), "{bad:?} accepted");
+        }
     }
 }

@@ -283,8 +283,24 @@ pub fn device_plugin_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
     Ok(daemon_set("nvinject-device-plugin", args, "device-plugin", pod))
 }
 
+/// An RFC 1123 label: what Kubernetes accepts as a RuntimeClass handler (and so what the
+/// installer accepts as containerd's runtime name).
+pub fn is_dns_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
 /// The RuntimeClass pods name to run under nvinject's shim; it also steers them to GPU nodes.
 pub fn runtime_class(args: &ManifestArgs) -> Result<RuntimeClass> {
+    if !is_dns_label(&args.handler) {
+        return Err(Error::Manifest(format!(
+            "--handler {:?}: a RuntimeClass handler is a DNS label (lower-case letters, digits and '-', at most \
+             63), e.g. nvidia",
+            args.handler
+        )));
+    }
     Ok(RuntimeClass {
         metadata: meta(&args.handler, None, "runtime"),
         handler: args.handler.clone(),
@@ -405,6 +421,13 @@ mod tests {
         let rc = runtime_class(&args).unwrap();
         assert_eq!(rc.handler, "nvinject");
         assert_eq!(rc.metadata.name.as_deref(), Some("nvinject"));
+    }
+
+    #[test]
+    fn a_handler_kubernetes_would_refuse_is_named() {
+        let args = ManifestArgs { handler: "Nvidia_GPU".into(), ..Default::default() };
+        assert!(render(&args).unwrap_err().to_string().contains("--handler \"Nvidia_GPU\""));
+        assert!(is_dns_label("nvidia") && is_dns_label("nv-1") && !is_dns_label("") && !is_dns_label("-a"));
     }
 
     #[test]

@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
+use crate::containerd::imports::{clean, parent_dir};
+
 /// Where the host's `/` is mounted for this process (`/` on the host, `/host` in the DaemonSet).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRoot(PathBuf);
@@ -74,6 +76,24 @@ impl HostRoot {
         out
     }
 
+    /// The host path of the file `host_path` finally names: symbolic links in its last component
+    /// are followed too (inside the host root, at most 40 hops, as Linux allows). `host_path`
+    /// itself, cleaned, when it is not a link. Used for files we replace by renaming over them,
+    /// which would otherwise turn an operator's link into a regular file.
+    pub fn follow_links(&self, host_path: &str) -> String {
+        let mut current = clean(host_path);
+        for _ in 0..40 {
+            let Ok(target) = std::fs::read_link(self.resolve(&current)) else { break };
+            let target = target.to_string_lossy();
+            current = if target.starts_with('/') {
+                clean(&target)
+            } else {
+                clean(&format!("{}/{target}", parent_dir(&current)))
+            };
+        }
+        current
+    }
+
     /// The host path of a path the installer sees, if it lies under the host root.
     pub fn to_host(&self, local: &Path) -> Option<String> {
         let rel = local.strip_prefix(&self.0).ok()?;
@@ -121,5 +141,21 @@ mod tests {
         assert_eq!(root.resolve("/var/rel/y"), dir.path().join("run/x/y"));
         // The last component is never followed.
         assert_eq!(root.resolve("/var/run"), dir.path().join("var/run"));
+    }
+
+    #[test]
+    fn follow_links_names_the_file_a_link_chain_ends_at() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/containerd")).unwrap();
+        std::fs::create_dir_all(dir.path().join("srv/managed")).unwrap();
+        std::os::unix::fs::symlink("/srv/managed/a.toml", dir.path().join("etc/containerd/config.toml"))
+            .unwrap();
+        std::os::unix::fs::symlink("../managed/../managed/b.toml", dir.path().join("srv/managed/a.toml"))
+            .unwrap();
+        let root = HostRoot::new(dir.path());
+        assert_eq!(root.follow_links("/etc/containerd/config.toml"), "/srv/managed/b.toml");
+        assert_eq!(root.follow_links("/etc/containerd/./other.toml"), "/etc/containerd/other.toml");
+        std::os::unix::fs::symlink("loop", dir.path().join("etc/loop")).unwrap();
+        assert_eq!(root.follow_links("/etc/loop"), "/etc/loop", "a loop ends after 40 hops");
     }
 }

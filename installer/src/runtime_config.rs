@@ -39,7 +39,8 @@ impl RuntimeConfigWriter for ShimConfig {
         let text = format!(
             "# nvinject runtime configuration, written by nvinject-installer ({how}).\n\
              # Edits are kept: the installer does not overwrite a file changed since it wrote it, and\n\
-             # uninstall leaves it in place. Keys: see the shim README.\n\n{body}"
+             # uninstall leaves an edited file in place (an unedited one is removed). Keys: see the\n\
+             # shim README.\n\n{body}"
         );
         // Round-trip through the shim's parser: what we write is what the shim accepts.
         Config::parse(&text, &settings.host_root.resolve(&settings.runtime_config)).map_err(|e| {

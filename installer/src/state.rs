@@ -354,12 +354,7 @@ impl<'h> Ledger<'h> {
             backup: None,
         });
         self.save()?;
-        let tmp = fsx::temp_path(&real);
-        let _ = fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(target, &tmp).map_err(Error::io("create symlink", &tmp))?;
-        self.hook.point("temp written", &real);
-        fs::rename(&tmp, &real).map_err(Error::io("rename into place", &real))?;
-        self.hook.point("renamed", &real);
+        fsx::symlink_atomic(target, &real, self.hook)?;
         Ok(LinkOutcome::Created)
     }
 
@@ -399,7 +394,7 @@ impl<'h> Ledger<'h> {
         self.set_restart_pending(false)?;
         if self.state.entries.is_empty() {
             let state_file = self.dir.join("state.json");
-            let _ = fs::remove_file(fsx::temp_path(&state_file));
+            fsx::remove_stale_temps(&state_file);
             let _ = fs::remove_file(&state_file);
             let _ = fs::remove_dir_all(self.dir.join("backup"));
             let _ = fs::remove_dir(&self.dir);
@@ -440,7 +435,7 @@ impl<'h> Ledger<'h> {
         let real = self.root.resolve(&entry.path);
         // A run killed between writing a temp file and renaming it leaves the temp file behind.
         if entry.kind != Kind::Dir {
-            let _ = fs::remove_file(fsx::temp_path(&real));
+            fsx::remove_stale_temps(&real);
         }
         let containerd_file = matches!(entry.role, Role::ContainerdMain | Role::DropIn);
         match entry.kind {

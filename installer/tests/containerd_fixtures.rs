@@ -48,6 +48,9 @@ struct Case {
 struct Imported {
     path: String,
     file: String,
+    /// containerd loads this file after our drop-in (the files before it must say false).
+    #[serde(default)]
+    after_drop_in: bool,
 }
 
 fn default_handler() -> String {
@@ -95,6 +98,7 @@ fn load(dir: &Path) -> (Case, ConfigSources, RuntimeRequest) {
                 text: fs::read_to_string(dir.join(&i.file)).unwrap(),
             })
             .collect(),
+        imported_before_drop_in: case.imported.iter().take_while(|i| !i.after_drop_in).count(),
     };
     let request = RuntimeRequest {
         handler: case.handler.clone(),

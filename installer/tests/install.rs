@@ -391,10 +391,93 @@ fn changing_the_drop_in_dir_moves_the_drop_in() {
     assert_eq!(snapshot(&host.root()), original);
 }
 
+#[test]
+fn a_linked_main_config_stays_a_link_and_its_target_is_edited_and_restored() {
+    let host = Host::new(None, true);
+    // A config-managed host: the main file is a link into the tool's own tree.
+    fs::create_dir_all(host.root().join("srv/managed")).unwrap();
+    fs::write(host.root().join("srv/managed/containerd.toml"), DEBIAN_CONFIG).unwrap();
+    let link = host.root().join("etc/containerd/config.toml");
+    std::os::unix::fs::symlink("/srv/managed/containerd.toml", &link).unwrap();
+    let original = snapshot(&host.root());
+    let containerd = FakeContainerd::new("1.7.20");
+    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
+    let hook = FaultHook::none();
+
+    let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    assert!(report.written.contains(&"/srv/managed/containerd.toml".to_owned()), "{:?}", report.written);
+    assert_eq!(
+        fs::read_link(&link).unwrap(),
+        Path::new("/srv/managed/containerd.toml"),
+        "the link was replaced"
+    );
+    assert!(host.read("/srv/managed/containerd.toml").contains("/etc/containerd/conf.d/99-nvinject.toml"));
+    let again = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    assert!(again.written.is_empty(), "{:?}", again.written);
+
+    installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
+    assert_eq!(snapshot(&host.root()), original);
+}
+
+#[test]
+fn the_drop_in_is_no_more_readable_than_the_main_config() {
+    use std::os::unix::fs::PermissionsExt;
+    // containerd 1.x: the drop-in repeats the CRI section, registry credentials included.
+    let config = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"registry.example\".auth]\n  \
+                  username = \"ci\"\n  password = \"s3cret\"\n";
+    let host = Host::new(Some(config), true);
+    let main = host.root().join("etc/containerd/config.toml");
+    fs::set_permissions(&main, fs::Permissions::from_mode(0o600)).unwrap();
+    let containerd = FakeContainerd::new("1.7.20");
+    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
+    let hook = FaultHook::none();
+    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let drop_in = host.root().join("etc/containerd/conf.d/99-nvinject.toml");
+    assert!(fs::read_to_string(&drop_in).unwrap().contains("s3cret"), "the CRI section is repeated");
+    assert_eq!(fs::metadata(&drop_in).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(fs::metadata(&main).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Without a main file (or a readable one) the drop-in is 0644 like containerd's own config.
+    let host = Host::new(None, true);
+    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let drop_in = host.root().join("etc/containerd/conf.d/99-nvinject.toml");
+    assert_eq!(fs::metadata(&drop_in).unwrap().permissions().mode() & 0o777, 0o644);
+}
+
+#[test]
+fn sources_say_which_imported_files_containerd_loads_after_the_drop_in() {
+    use nvinject_installer::install::read_sources;
+    let host = Host::new(
+        Some("version = 2\nimports = [\"/etc/containerd/a.toml\", \"/etc/containerd/conf.d/*.toml\"]\n"),
+        true,
+    );
+    let put = |rel: &str, text: &str| fs::write(host.root().join(rel), text).unwrap();
+    put("etc/containerd/a.toml", "version = 2\nimports = [\"/etc/containerd/nested.toml\"]\n");
+    put("etc/containerd/nested.toml", "version = 2\n");
+    put("etc/containerd/conf.d/10-early.toml", "version = 2\n");
+    put("etc/containerd/conf.d/zz-late.toml", "version = 2\n");
+    let v1 = ContainerdVersion::new(1, 6, 20);
+    let root = HostRoot::new(host.root());
+    let names = |s: &nvinject_installer::containerd::ConfigSources| -> Vec<String> {
+        s.imported.iter().map(|f| f.path.rsplit('/').next().unwrap().to_owned()).collect()
+    };
+    // The glob places the (not yet written) drop-in between its matches; breadth first, as
+    // containerd loads, `nested.toml` comes after everything the main file names.
+    let drop_in = "/etc/containerd/conf.d/99-nvinject.toml";
+    let s = read_sources(&root, "/etc/containerd/config.toml", drop_in, &v1).unwrap();
+    assert_eq!(names(&s), ["a.toml", "10-early.toml", "zz-late.toml", "nested.toml"]);
+    assert_eq!(s.imported_before_drop_in, 2);
+    // Elsewhere, the drop-in is appended to the main file's imports: loaded after its direct
+    // imports, before what they import.
+    let s = read_sources(&root, "/etc/containerd/config.toml", "/etc/nvinject.toml", &v1).unwrap();
+    assert_eq!(s.imported_before_drop_in, 3);
+}
+
 /// Needs root (mknod), as CI runs.
 #[test]
 fn dev_char_links_point_at_the_nvidia_nodes_and_go_on_uninstall() {
     use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    use std::os::unix::fs::FileTypeExt;
     assert!(nix::unistd::geteuid().is_root(), "this test needs root for mknod (CI runs as root)");
     let host = Host::new(Some(DEBIAN_CONFIG), true);
     let dev = host.root().join("dev");
@@ -414,19 +497,8 @@ fn dev_char_links_point_at_the_nvidia_nodes_and_go_on_uninstall() {
     let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
     assert_eq!(fs::read_link(dev.join("char/195:0")).unwrap(), Path::new("../nvidia0"));
     assert_eq!(fs::read_link(dev.join("char/237:1")).unwrap(), Path::new("../nvidia-caps/nvidia-cap1"));
-    assert!(fs::metadata(dev.join("char/195:0")).unwrap().file_type().is_char_device_like());
+    assert!(fs::metadata(dev.join("char/195:0")).unwrap().file_type().is_char_device());
     assert!(!report.written.contains(&"/dev/char/195:255".to_owned()), "the existing link is not ours");
     installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
     assert_eq!(snapshot(&host.root()), original, "only our links go; the one udev made stays");
-}
-
-trait CharDeviceLike {
-    fn is_char_device_like(&self) -> bool;
-}
-
-impl CharDeviceLike for fs::FileType {
-    fn is_char_device_like(&self) -> bool {
-        use std::os::unix::fs::FileTypeExt;
-        self.is_char_device()
-    }
 }

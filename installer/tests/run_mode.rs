@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nvinject-installer");
@@ -43,6 +43,21 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// The `run` process; killed by PID if the test fails before it exits, so a failed assertion does
+/// not leave an installer waiting for SIGTERM forever.
+struct RunProcess(Option<Child>);
+
+impl Drop for RunProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn probe(ready: &Path) -> bool {
     Command::new(BIN).arg("probe").arg("--ready-file").arg(ready).status().unwrap().success()
 }
@@ -62,22 +77,25 @@ fn run_retries_until_installed_reports_ready_and_uninstalls_on_sigterm() {
     let original = tree(&host);
     let ready = dir.path().join("ready");
 
-    let mut child = Command::new(BIN)
-        .args([
-            "--log-level=info",
-            "run",
-            "--containerd-version=1.7.20",
-            "--restart-mode=none",
-            "--skip-cdi-spec",
-        ])
-        .arg(format!("--host-root={}", host.display()))
-        .arg(format!("--source-dir={}", src.display()))
-        .arg(format!("--ready-file={}", ready.display()))
-        .arg("--retry-interval=1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = RunProcess(Some(
+        Command::new(BIN)
+            .args([
+                "--log-level=info",
+                "run",
+                "--containerd-version=1.7.20",
+                "--restart-mode=none",
+                "--skip-cdi-spec",
+            ])
+            .arg(format!("--host-root={}", host.display()))
+            .arg(format!("--source-dir={}", src.display()))
+            .arg(format!("--ready-file={}", ready.display()))
+            .arg("--retry-interval=1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let child = run.0.as_mut().unwrap();
 
     std::thread::sleep(Duration::from_millis(1500));
     assert!(child.try_wait().unwrap().is_none(), "run exited instead of retrying");
@@ -94,7 +112,7 @@ fn run_retries_until_installed_reports_ready_and_uninstalls_on_sigterm() {
 
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run.0.take().unwrap().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "run exited with {}: {stderr}", out.status);
     assert!(stderr.contains("install failed"), "the failed attempt was not logged: {stderr}");

@@ -203,18 +203,7 @@ impl CriClient {
 
     /// The message lines a container wrote to stdout/stderr (CRI log prefixes stripped).
     pub fn logs(&self, pod: &Pod, name: &str) -> String {
-        let text = std::fs::read_to_string(pod.log_dir.join(format!("{name}.log"))).unwrap_or_default();
-        let mut out = String::new();
-        for line in text.lines() {
-            // `<time> <stream> <P|F> <message>`; P marks a partial line continued by the next.
-            let mut parts = line.splitn(4, ' ');
-            let (_, _, tag, msg) = (parts.next(), parts.next(), parts.next(), parts.next().unwrap_or(""));
-            out.push_str(msg);
-            if tag != Some("P") {
-                out.push('\n');
-            }
-        }
-        out
+        parse_cri_log(&std::fs::read_to_string(pod.log_dir.join(format!("{name}.log"))).unwrap_or_default())
     }
 
     /// Stops and removes the pod (and its containers).
@@ -228,5 +217,33 @@ impl CriClient {
             )
             .map_err(cri_err("RemovePodSandbox"))?;
         Ok(())
+    }
+}
+
+/// The messages of a CRI log file (`<time> <stream> <P|F> <message>` per line), partial (`P`) lines
+/// joined to the line they continue.
+pub fn parse_cri_log(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(4, ' ');
+        let (_, _, tag, msg) = (parts.next(), parts.next(), parts.next(), parts.next().unwrap_or(""));
+        out.push_str(msg);
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_log_partial_lines_are_joined_and_framing_removed() {
+        let log = "2026-01-01T00:00:00.1Z stdout P NVINJECT-PROBE {\"a\":\n\
+                   2026-01-01T00:00:00.2Z stdout F 1}\n\
+                   2026-01-01T00:00:00.3Z stderr F second line\n";
+        assert_eq!(parse_cri_log(log), "NVINJECT-PROBE {\"a\":1}\nsecond line\n");
     }
 }

@@ -8,12 +8,14 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
     info.lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape(p)))
+        .map(|p| PathBuf::from(unescape_mountinfo(p)))
         .filter(|p| p.starts_with(dir))
         .collect()
 }
 
-fn unescape(field: &str) -> String {
+/// Decodes a /proc/self/mountinfo path field: the kernel writes space, tab, newline and backslash
+/// as three-digit octal escapes (`\040`). A value over 255 is not one of those and becomes `?`.
+pub fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -60,9 +62,12 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes_are_decoded() {
-        assert_eq!(unescape(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape(r"/x\134y"), r"/x\y");
-        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo(r"/tmp/a\040b"), "/tmp/a b");
+        assert_eq!(unescape_mountinfo(r"/x\134y"), r"/x\y");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        // Not an escape the kernel writes: decoded without overflowing, never a panic.
+        assert_eq!(unescape_mountinfo(r"/a\777"), "/a?");
+        assert_eq!(unescape_mountinfo(r"/end\04"), r"/end\04");
     }
 
     #[test]

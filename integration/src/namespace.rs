@@ -26,6 +26,8 @@ use nix::mount::{MsFlags, mount};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::mounts::unescape_mountinfo;
+
 /// Set in the re-run's environment to the name of the test that should run its body.
 pub const TEST_ENV: &str = "NVINJECT_ISOLATED_TEST";
 /// Set in the re-run's environment to the work directory the outer side made for it.
@@ -223,27 +225,6 @@ pub fn parse_cgroup_mounts(mountinfo: &str) -> Vec<(PathBuf, String, String)> {
         }
     }
     out
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mountinfo(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The result of an isolated run as seen from outside.
@@ -631,12 +612,6 @@ mod tests {
                 ("/sys/fs/cgroup/unified", "cgroup2")
             ]
         );
-    }
-
-    #[test]
-    fn unescapes_octal_in_mount_points() {
-        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
     }
 
     #[test]

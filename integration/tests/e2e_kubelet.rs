@@ -505,6 +505,11 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
         // Inode numbers are reused at once on ext4: a re-created socket is told apart by its ctime too.
         let identity = |m: &fs::Metadata| (m.ino(), m.ctime(), m.ctime_nsec());
         let before = identity(&fs::metadata(&socket).unwrap());
+        // The restarted kubelet reads its old checkpoint (8 devices) but admits against an empty
+        // healthy set until the plugin's ListAndWatch arrives, and that update rewrites the checkpoint:
+        // so wait for a rewrite after the restart, not just for 8 devices in the file.
+        let checkpoint = node.dirs().device_plugins().join(kubelet::node::CHECKPOINT_FILE);
+        let checkpoint_before = identity(&fs::metadata(&checkpoint).unwrap());
         let restart = node.restart_kubelet().unwrap_or_else(|e| panic!("{e}"));
         kubelet::wait_for(
             "the plugin's socket to be served again",
@@ -513,7 +518,9 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
             || Ok(fs::metadata(&socket).ok().filter(|m| identity(m) != before)),
         )
         .unwrap_or_else(|e| panic!("{e}\nplugin log:\n{}", node.log_tail("device-plugin", 20)));
-        wait_healthy(&node, "the re-registered plugin's 8 GPUs", Duration::from_secs(30), |h| h.len() == 8);
+        wait_healthy(&node, "the re-registered plugin's 8 GPUs", Duration::from_secs(30), |h| {
+            h.len() == 8 && fs::metadata(&checkpoint).is_ok_and(|m| identity(&m) != checkpoint_before)
+        });
         let c = admit(&mut node, probe_pod("gpu-c", 1), &mut timings);
         assert!(
             !a.gpus.contains(&c.gpus[0]) && !b.gpus.contains(&c.gpus[0]),

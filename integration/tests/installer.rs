@@ -149,14 +149,24 @@ impl Drop for Supervised {
                 }
             }
         }
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            process::stop_pid(child.id() as i32, Duration::from_secs(10));
-            let _ = child.wait();
-        }
+        // The supervisor may have started containerd again just before it saw `stop`: keep taking
+        // whatever child it holds until the thread is done, then join it.
         if let Some(t) = self.thread.take() {
+            while !t.is_finished() {
+                let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(mut child) = child {
+                    process::stop_pid(child.id() as i32, Duration::from_secs(10));
+                    let _ = child.wait();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = t.join();
         }
-        for shim in process::find_processes(&self.socket.to_string_lossy()) {
+        // runc shims name our socket on their command line; nvinject proxies name a bundle under
+        // our state directory.
+        let mut shims = process::find_processes(&self.socket.to_string_lossy());
+        shims.extend(process::find_processes(&self.base.to_string_lossy()));
+        for shim in shims {
             process::stop_pid(shim.pid, Duration::from_secs(2));
         }
         mounts::unmount_under(&self.base);
@@ -234,6 +244,8 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     let dir = tempfile::Builder::new().prefix("nvinject-inst-").tempdir().unwrap();
     let t = dir.path();
     let cgroup_parent = format!("/nvinject-inst-{}", std::process::id());
+    // Declared before containerd's supervisor, so dropped after it: on a failed assertion too.
+    let _cgroups = CgroupCleanup(cgroup_parent.clone());
 
     // The simulated node, the binaries the installer image would carry, the pod image.
     let out = Command::new(simnode_bin("nvinject-simnode"))
@@ -383,6 +395,14 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
 
     drop(cri);
     drop(supervised);
-    remove_cgroup_dirs(&cgroup_parent);
     assert!(mounts::mounts_under(t).is_empty(), "mounts left under {}", t.display());
+}
+
+/// Removes the pods' cgroup parent (empty once containerd and the shims are gone) when dropped.
+struct CgroupCleanup(String);
+
+impl Drop for CgroupCleanup {
+    fn drop(&mut self) {
+        remove_cgroup_dirs(&self.0);
+    }
 }

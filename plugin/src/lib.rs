@@ -17,7 +17,6 @@ pub mod config;
 pub mod devnodes;
 pub mod error;
 pub mod events;
-pub mod fsutil;
 pub mod health;
 mod hpack;
 pub mod labels;

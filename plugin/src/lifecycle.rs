@@ -90,8 +90,19 @@ pub async fn run_resource(
                 continue;
             }
         };
-        bind_backoff = timing.first_backoff;
+        // The identity is what tells our socket from a re-created one; without it (the file
+        // vanished right after bind) this generation could never notice a replacement.
         ours = transport::identity(&socket);
+        if ours.is_none() {
+            tracing::warn!(resource = name, socket = %socket.display(), "socket vanished right after bind; retrying");
+            drop(listener);
+            if sleep_or_shutdown(bind_backoff, &mut shutdown).await {
+                break;
+            }
+            bind_backoff = (bind_backoff * 2).min(timing.max_backoff);
+            continue;
+        }
+        bind_backoff = timing.first_backoff;
         let (stop_tx, stop_rx) = watch::channel(false);
         let service = PluginService::new(ctx.clone(), health.clone(), stop_rx.clone());
         let mut stop_server = stop_rx.clone();

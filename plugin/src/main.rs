@@ -20,11 +20,12 @@ use nvinject_device_plugin::config::{
 use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
 use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
 use nvinject_device_plugin::health::{HealthSnapshot, HealthTracker, TrackedDevice};
+use nvinject_device_plugin::labels;
 use nvinject_device_plugin::lifecycle::{Timing, remove_stale_sockets, run_resource};
 use nvinject_device_plugin::metrics::Metrics;
 use nvinject_device_plugin::resources::{HostFacts, Plan, plan};
 use nvinject_device_plugin::service::{ResourceContext, health_count};
-use nvinject_device_plugin::{fsutil, labels};
+use nvinject_fsio::{Durability, WriteOptions};
 
 /// Kubernetes device plugin for NVIDIA GPUs. Flags override environment variables, which override
 /// the config file (NVIDIA's device plugin config format, version v1).
@@ -79,10 +80,11 @@ struct Cli {
     /// Quiet time after the last critical XID before a GPU is Healthy again (Go duration; 0 = never).
     #[arg(long, env = "NVINJECT_HEALTH_RECOVERY_PERIOD")]
     health_recovery_period: Option<GoDuration>,
-    /// How often the plugin checks its socket and kubelet.sock (Go duration).
+    /// How often the plugin checks its socket and kubelet.sock (Go duration, above 0).
     #[arg(long, env = "NVINJECT_SOCKET_POLL", default_value = "500ms")]
     socket_poll: GoDuration,
-    /// Log filter (tracing env-filter syntax); RUST_LOG also works.
+    /// Log filter: a level, or per-target directives such as `info,nvinject_device_plugin=debug`;
+    /// RUST_LOG also works.
     #[arg(long, env = "NVINJECT_LOG", default_value = "info")]
     log: String,
     /// Print the resolved configuration as JSON and exit.
@@ -216,6 +218,10 @@ fn host_facts(settings: &Settings) -> HostFacts {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if cli.socket_poll.0.is_zero() {
+        // Zero would check the socket files in a loop without pause.
+        anyhow::bail!("--socket-poll (NVINJECT_SOCKET_POLL) is 0: give a positive interval such as 500ms");
+    }
     let settings = load_settings(&cli)?;
     if cli.print_config {
         println!("{}", serde_json::to_string_pretty(&settings)?);
@@ -266,6 +272,10 @@ fn finish(signal: Stop) -> Result<()> {
     }
 }
 
+/// How node labels are written: world-readable for node-feature-discovery, data flushed so a
+/// crash leaves the old labels or the new ones, in NFD's existing features directory.
+const LABELS_WRITE: WriteOptions = WriteOptions::new(0o644).durability(Durability::File);
+
 fn write_labels(settings: &Settings, inventory: &nvinject_gpu::Inventory, plan: &Plan) {
     let Some(path) = &settings.features_file else { return };
     let text = labels::render(&labels::node_labels(inventory, plan, settings));
@@ -273,7 +283,7 @@ fn write_labels(settings: &Settings, inventory: &nvinject_gpu::Inventory, plan: 
         Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
             tracing::info!(dir = %dir.display(), "NFD features directory absent: node labels not written");
         }
-        _ => match fsutil::write_atomic(path, text.as_bytes()) {
+        _ => match nvinject_fsio::write_atomic(path, text.as_bytes(), &LABELS_WRITE) {
             Ok(()) => tracing::info!(file = %path.display(), "node labels written"),
             Err(e) => tracing::error!(file = %path.display(), error = %e, "cannot write node labels"),
         },

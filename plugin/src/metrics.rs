@@ -140,7 +140,16 @@ fn esc(s: &str) -> String {
 pub async fn serve(listener: TcpListener, body: impl Fn() -> String + Send + Sync + 'static) {
     let body = std::sync::Arc::new(body);
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, typically: retrying at once would spin on the
+                // single-threaded runtime the gRPC services share.
+                tracing::warn!(error = %e, "cannot accept a /metrics connection; pausing");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let body = body.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];

@@ -507,6 +507,8 @@ fn malformed_configs_are_refused_naming_file_and_field() {
     assert!(!ok && err.contains("DP_DISABLE_HEALTHCHECKS") && err.contains("often"), "{err}");
     let (ok, err) = run("", &[], &[("MIG_STRATEGY", "half")]);
     assert!(!ok && err.contains("--mig-strategy") && err.contains("half"), "{err}");
+    let (ok, err) = run("", &["--socket-poll", "0"], &[]);
+    assert!(!ok && err.contains("--socket-poll") && err.contains("positive"), "{err}");
 }
 
 #[test]

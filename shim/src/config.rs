@@ -204,12 +204,13 @@ impl Config {
         if let Some(dir) = self.cdi.spec_dirs.iter().find(|d| !d.is_absolute()) {
             return Err(invalid("cdi.spec-dirs", dir, "spec directories must be absolute paths"));
         }
-        let kind = &self.cdi.default_kind;
-        let valid_kind = kind.split_once('/').is_some_and(|(vendor, class)| {
-            !vendor.is_empty() && !class.is_empty() && !class.contains('/') && !kind.contains('=')
-        });
-        if !valid_kind {
-            return Err(invalid("cdi.default-kind", kind, "write vendor/class, e.g. nvidia.com/gpu"));
+        // The CDI name rules themselves: a kind that passed here is the kind requests get.
+        if self.cdi.default_kind.parse::<nvinject_cdi::Kind>().is_err() {
+            return Err(invalid(
+                "cdi.default-kind",
+                &self.cdi.default_kind,
+                "write vendor/class as CDI names it (letters, digits, '-', '_', '.'), e.g. nvidia.com/gpu",
+            ));
         }
         if self.cdi.annotation_prefixes.iter().any(|p| p.is_empty()) {
             return Err(invalid(
@@ -296,6 +297,9 @@ mod tests {
             ("[runtime]\nlog-level = \"loud\"", "runtime.log-level"),
             ("[cdi]\nspec-dirs = [\"cdi\"]", "cdi.spec-dirs"),
             ("[cdi]\ndefault-kind = \"gpu\"", "cdi.default-kind"),
+            // Shaped like vendor/class but not a CDI kind: it would never match a spec.
+            ("[cdi]\ndefault-kind = \"nvidia.com/g pu\"", "cdi.default-kind"),
+            ("[cdi]\ndefault-kind = \"-nvidia.com/gpu\"", "cdi.default-kind"),
             ("[cdi]\nannotation-prefixes = [\"\"]", "cdi.annotation-prefixes"),
             ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
             ("[requests]\naccept-volume-mounts = \"yes\"", "accept-volume-mounts"),

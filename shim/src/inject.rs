@@ -18,6 +18,7 @@ use std::time::Instant;
 use containerd_shim_protos::api::CreateTaskRequest;
 use nvinject_cdi::apply::{apply_edits, has_device_node};
 use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError, Spec};
+use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
 
@@ -203,7 +204,7 @@ impl Injector {
         }
     }
 
-    /// Prepares the bundle at `bundle` for container `id`.
+    /// Prepares the bundle at `bundle`: injects what its `config.json` asks for, or leaves it as it is.
     pub fn inject(&self, bundle: &Path) -> Result<Outcome, InjectError> {
         let path = bundle.join("config.json");
         let t0 = Instant::now();
@@ -250,7 +251,11 @@ impl Injector {
         let write_err = |source| InjectError::Write { path: path.clone(), source };
         let mode = fs::metadata(&path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
         let text = serde_json::to_vec(&oci).map_err(|e| write_err(std::io::Error::other(e)))?;
-        crate::atomic::write_file(&path, &text, mode).map_err(write_err)?;
+        // No fsync: config.json lives in containerd's bundle directory, which does not outlive a
+        // reboot (containerd's state dir is on tmpfs on a normal host), and the rename alone gives
+        // runc atomicity. An fsync would add a disk flush to every container start for nothing.
+        let options = WriteOptions::new(mode).durability(Durability::None);
+        nvinject_fsio::write_atomic(&path, &text, &options).map_err(|e| write_err(e.source))?;
         outcome.wrote = true;
         outcome.write_us = micros(t2);
         Ok(outcome)
@@ -586,7 +591,8 @@ mod tests {
                 return Err("NVML not loadable".into());
             }
             let spec = spec_json(&request.loaded_version, &[(0, "GPU-aaa"), (1, "GPU-bbb"), (2, "GPU-ccc")]);
-            crate::atomic::write_file(&request.spec_path, &serde_json::to_vec(&spec).unwrap(), 0o644)
+            let bytes = serde_json::to_vec(&spec).unwrap();
+            nvinject_fsio::write_atomic(&request.spec_path, &bytes, &WriteOptions::new(0o644))
                 .map_err(|e| e.to_string())
         }
     }

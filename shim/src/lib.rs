@@ -8,7 +8,6 @@
 //! never panic on input from containerd, a spec file or a container image.
 
 pub mod address;
-pub mod atomic;
 pub mod config;
 pub mod daemon;
 pub mod frame;

@@ -92,12 +92,19 @@ impl Proxy {
         Proxy { inner, gate }
     }
 
-    /// Accepts connections forever, serving each on its own threads.
+    /// Accepts connections forever, serving each on its own threads. Returns only when the listening
+    /// socket itself is broken: running out of descriptors, memory or threads costs the connection
+    /// that hit it, never the proxy (its exit would cut containerd off from every task of the pod).
     pub fn serve(&self, listener: &UnixListener) -> io::Result<()> {
         loop {
             let (downstream, _) = match listener.accept() {
                 Ok(conn) => conn,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if accept_error_is_transient(&e) => {
+                    tracing::warn!(error = %e, "accept failed; retrying");
+                    // Bounded retry rate while descriptors or memory are short.
+                    thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let upstream = match self.inner.connect() {
@@ -110,20 +117,37 @@ impl Proxy {
                 }
             };
             let gate = Arc::clone(&self.gate);
-            thread::Builder::new().name("conn".into()).spawn(move || {
+            let spawned = thread::Builder::new().name("conn".into()).spawn(move || {
                 if let Err(e) = pump(downstream, upstream, gate) {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-            })?;
+            });
+            if let Err(e) = spawned {
+                // The connection's sockets were moved into the closure and are closed with it.
+                tracing::warn!(error = %e, "cannot start a thread for a connection; dropped it");
+            }
         }
     }
+}
+
+/// Whether a failed `accept` leaves the listener usable (the next one may succeed).
+fn accept_error_is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::OutOfMemory
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO | libc::EPERM)
+    )
 }
 
 /// Copies frames between containerd (`downstream`) and the inner shim (`upstream`) until either side
 /// closes, intercepting Creates. Returns when containerd's side is done.
 pub fn pump(downstream: UnixStream, upstream: UnixStream, gate: Arc<dyn CreateGate>) -> io::Result<()> {
+    // Two writers share containerd's side (relayed answers, and our own refusals); the inner shim's
+    // side has one writer, the request loop below.
     let down_writer = Arc::new(Mutex::new(downstream.try_clone()?));
-    let up_writer = Arc::new(Mutex::new(upstream.try_clone()?));
+    let mut up_writer = upstream.try_clone()?;
 
     // Inner shim -> containerd: verbatim.
     let mut up_reader = upstream;
@@ -139,10 +163,8 @@ pub fn pump(downstream: UnixStream, upstream: UnixStream, gate: Arc<dyn CreateGa
 
     // containerd -> inner shim: verbatim except Create.
     let mut down_reader = downstream;
-    let result = forward_requests(&mut down_reader, &down_writer, &up_writer, &gate);
-    if let Ok(w) = up_writer.lock() {
-        let _ = w.shutdown(std::net::Shutdown::Both);
-    }
+    let result = forward_requests(&mut down_reader, &down_writer, &mut up_writer, gate.as_ref());
+    let _ = up_writer.shutdown(std::net::Shutdown::Both);
     let _ = back.join();
     result
 }
@@ -156,53 +178,47 @@ fn copy_frames(reader: &mut UnixStream, writer: &Mutex<UnixStream>) -> io::Resul
 
 fn forward_requests(
     reader: &mut UnixStream,
-    down_writer: &Arc<Mutex<UnixStream>>,
-    up_writer: &Arc<Mutex<UnixStream>>,
-    gate: &Arc<dyn CreateGate>,
+    down_writer: &Mutex<UnixStream>,
+    up_writer: &mut UnixStream,
+    gate: &dyn CreateGate,
 ) -> io::Result<()> {
     while let Some(frame) = read_frame(reader)? {
         match classify(&frame) {
-            Classified::Forward => send(up_writer, &frame)?,
+            Classified::Forward => write_frame(up_writer, &frame)?,
             Classified::Undecodable(message) => {
                 let rejection =
                     Rejection { code: Code::INVALID_ARGUMENT, message: format!("nvinject: {message}") };
                 send(down_writer, &rejection_frame(frame.header.stream_id, &rejection))?;
             }
             Classified::Create(create) => {
-                // Injection reads and writes files (and may regenerate a spec), so it runs off the
-                // read loop: other calls on this connection keep flowing meanwhile. A Create is a
-                // single frame, so forwarding it later cannot reorder a stream.
-                let gate = Arc::clone(gate);
-                let down_writer = Arc::clone(down_writer);
-                let up_writer = Arc::clone(up_writer);
-                thread::Builder::new().name("create".into()).spawn(move || {
-                    // A panic must not leave containerd waiting for an answer that never comes.
-                    let decision = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        gate.before_create(&create)
-                    }))
-                    .unwrap_or_else(|_| {
-                        Err(Rejection {
-                            code: Code::INTERNAL,
-                            message: format!(
-                                "nvinject: container {}: internal error while injecting devices",
-                                create.id
-                            ),
-                        })
-                    });
-                    let outcome = match decision {
-                        Ok(()) => send(&up_writer, &frame),
-                        Err(rejection) => {
-                            send(&down_writer, &rejection_frame(frame.header.stream_id, &rejection))
-                        }
-                    };
-                    if let Err(e) = outcome {
-                        tracing::debug!(id = %create.id, error = %e, "could not pass the Create on");
+                // The Create is decided here, on the read loop, and forwarded before any later frame:
+                // Go ttrpc servers (v1.2+, containerd 1.7 and 2.x) refuse a request whose stream id is
+                // not above every id they have seen on the connection, so a Create held back while a
+                // later call went ahead would be refused. Other calls on this connection wait for the
+                // injection (about a millisecond); answers from the inner shim keep flowing.
+                match decide(gate, &create) {
+                    Ok(()) => write_frame(up_writer, &frame)?,
+                    Err(rejection) => {
+                        send(down_writer, &rejection_frame(frame.header.stream_id, &rejection))?
                     }
-                })?;
+                }
             }
         }
     }
     Ok(())
+}
+
+/// Asks the gate about one Create. A panic in the gate becomes a refusal: containerd must get an
+/// answer, and the proxy must go on serving the pod's other containers.
+fn decide(gate: &dyn CreateGate, create: &CreateTaskRequest) -> Result<(), Rejection> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gate.before_create(create))).unwrap_or_else(
+        |_| {
+            Err(Rejection {
+                code: Code::INTERNAL,
+                message: format!("nvinject: container {}: internal error while injecting devices", create.id),
+            })
+        },
+    )
 }
 
 fn send(writer: &Mutex<UnixStream>, frame: &Frame) -> io::Result<()> {
@@ -216,9 +232,13 @@ mod tests {
     use ttrpc::proto::MessageHeader;
 
     fn request_frame(service: &str, method: &str, payload: Vec<u8>) -> Frame {
+        request_frame_on(5, service, method, payload)
+    }
+
+    fn request_frame_on(stream_id: u32, service: &str, method: &str, payload: Vec<u8>) -> Frame {
         let req = Request { service: service.into(), method: method.into(), payload, ..Default::default() };
         let bytes = req.write_to_bytes().unwrap();
-        Frame { header: MessageHeader::new_request(5, bytes.len() as u32), payload: bytes }
+        Frame { header: MessageHeader::new_request(stream_id, bytes.len() as u32), payload: bytes }
     }
 
     fn create_payload(id: &str, bundle: &str) -> Vec<u8> {
@@ -261,6 +281,16 @@ mod tests {
         assert!(
             matches!(classify(&frame), Classified::Undecodable(m) if m.contains("containerd.task.v2.Task"))
         );
+    }
+
+    #[test]
+    fn running_out_of_descriptors_does_not_end_the_accept_loop_but_a_broken_listener_does() {
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ECONNABORTED, libc::EINTR] {
+            assert!(accept_error_is_transient(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+        for errno in [libc::EBADF, libc::EINVAL, libc::ENOTSOCK] {
+            assert!(!accept_error_is_transient(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
     }
 
     #[test]
@@ -353,5 +383,70 @@ mod tests {
         let response = Response::parse_from_bytes(&answers[0].payload).unwrap();
         assert_eq!(response.status.message, "refused gpu-c");
         assert_ne!(answers[0].payload, create.payload, "the echo shim must not have seen it");
+    }
+
+    /// Answers like a Go ttrpc server since v1.2 (containerd 1.7 and 2.x): a request whose stream id
+    /// is not above every id seen on the connection is refused, any other is answered OK. Tells
+    /// `arrived` each stream id it receives, and pokes `poke`.
+    fn strict_inner(
+        mut conn: UnixStream,
+        arrived: std::sync::mpsc::Sender<u32>,
+        poke: std::sync::mpsc::Sender<()>,
+    ) {
+        let mut last = 0;
+        while let Ok(Some(frame)) = read_frame(&mut conn) {
+            let id = frame.header.stream_id;
+            let _ = arrived.send(id);
+            let _ = poke.send(());
+            let code = if id <= last { Code::INVALID_ARGUMENT } else { Code::OK };
+            last = last.max(id);
+            let status = Status { code: code.into(), ..Default::default() };
+            let response = Response { status: Some(status).into(), ..Default::default() };
+            if write_frame(&mut conn, &Frame::response(id, response.write_to_bytes().unwrap())).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// A gate that is still injecting when later calls arrive: it returns once the inner shim has
+    /// received anything, or after a bounded wait.
+    struct Busy(Mutex<std::sync::mpsc::Receiver<()>>);
+    impl CreateGate for Busy {
+        fn before_create(&self, _: &CreateTaskRequest) -> Result<(), Rejection> {
+            let _ = self.0.lock().unwrap().recv_timeout(std::time::Duration::from_millis(500));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn calls_behind_a_create_reach_the_inner_shim_after_it_in_stream_order() {
+        let (client, proxy_down) = UnixStream::pair().unwrap();
+        let (proxy_up, inner) = UnixStream::pair().unwrap();
+        let (arrived_tx, arrived_rx) = std::sync::mpsc::channel();
+        let (poke_tx, poke_rx) = std::sync::mpsc::channel();
+        let inner_thread = thread::spawn(move || strict_inner(inner, arrived_tx, poke_tx));
+        let gate: Arc<dyn CreateGate> = Arc::new(Busy(Mutex::new(poke_rx)));
+        let pump_thread = thread::spawn(move || pump(proxy_down, proxy_up, gate));
+
+        // containerd 2.x: a Create for one container, then a call for another, on one connection.
+        let mut client_w = client.try_clone().unwrap();
+        let create = request_frame_on(5, "containerd.task.v3.Task", "Create", create_payload("b", "/b"));
+        write_frame(&mut client_w, &create).unwrap();
+        write_frame(&mut client_w, &request_frame_on(7, "containerd.task.v3.Task", "State", vec![])).unwrap();
+        let mut client_r = client;
+        for _ in 0..2 {
+            let answer = read_frame(&mut client_r).unwrap().unwrap();
+            let response = Response::parse_from_bytes(&answer.payload).unwrap();
+            assert_eq!(
+                response.status.code.value(),
+                Code::OK as i32,
+                "stream {} was refused by the inner shim",
+                answer.header.stream_id
+            );
+        }
+        client_w.shutdown(std::net::Shutdown::Both).unwrap();
+        pump_thread.join().unwrap().unwrap();
+        inner_thread.join().unwrap();
+        assert_eq!(arrived_rx.iter().collect::<Vec<_>>(), [5, 7]);
     }
 }

@@ -95,6 +95,24 @@ pub enum PlanError {
         /// Host path of the file.
         path: String,
     },
+    /// containerd 1.x replaces a whole plugin section with the last imported one, and a file it
+    /// loads after our drop-in defines the CRI section: our runtime would never be loaded.
+    #[error(
+        "{path} defines the CRI plugin section and containerd {containerd} loads it after nvinject's drop-in \
+         {drop_in}; containerd 1.x keeps only the last file's section, so the runtime would be dropped. Move \
+         that file's CRI settings into {main} (the drop-in repeats them), or make containerd load the file \
+         before the drop-in"
+    )]
+    DropInOverridden {
+        /// Host path of the file loaded after the drop-in.
+        path: String,
+        /// Host path of our drop-in.
+        drop_in: String,
+        /// Host path of the main config file.
+        main: String,
+        /// The installed containerd.
+        containerd: ContainerdVersion,
+    },
     /// containerd 2.x merges sections key by key, so an existing runtime of the same name would
     /// leak its settings (for example another runtime's `BinaryName`) into ours.
     #[error(

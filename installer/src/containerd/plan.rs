@@ -60,6 +60,10 @@ pub struct ConfigSources {
     /// Files the main file imports, transitively, in containerd's load order, without our
     /// drop-in.
     pub imported: Vec<SourceFile>,
+    /// How many of `imported` (a prefix) containerd loads before our drop-in once it is imported
+    /// (where an existing entry or glob puts it, else after the main file's other imports); it
+    /// loads the rest after it.
+    pub imported_before_drop_in: usize,
 }
 
 /// What we want containerd to know.
@@ -145,6 +149,19 @@ pub fn plan(
     let cri_key = version.cri_runtime_plugin();
     let mut warnings = Vec::new();
 
+    if !containerd.merges_plugin_sections() {
+        // containerd 1.x replaces the whole CRI section with the last file's: one loaded after
+        // the drop-in would drop our runtime, and a restart would load a config without it.
+        let later = imported.get(sources.imported_before_drop_in..).unwrap_or_default();
+        if let Some(file) = later.iter().find(|f| plugin_item(f, cri_key).is_some()) {
+            return Err(PlanError::DropInOverridden {
+                path: file.path.clone(),
+                drop_in: request.drop_in_path.clone(),
+                main: sources.main_path.clone(),
+                containerd: containerd.clone(),
+            });
+        }
+    }
     warn_if_cri_disabled(&files, version, &mut warnings);
     let existing_handler = find_handler(&files, cri_key, &request.handler)?;
     if let Some((path, table)) = &existing_handler {

@@ -41,12 +41,15 @@ fn run() -> anyhow::Result<()> {
         println!("1. NVIDIA driver found: {}", version.lines().next().unwrap_or("").trim());
     } else {
         println!(
-            "1. no NVIDIA driver here: building the simulated node `{preset}` (8 GPUs, device nodes, driver files)"
+            "1. no NVIDIA driver here: building the simulated node `{preset}` (device nodes, driver files)"
         );
     }
     let node =
         GpuNode::start(&NodeOptions { preset: preset.clone(), real_driver: real, ..Default::default() })
             .context("setting up the node and a private containerd")?;
+    if !real {
+        println!("   simulated node {}: {} GPUs", node.sim.display(), node.gpu_count());
+    }
     let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path)?)?;
     let names: Vec<&str> =
         spec["devices"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();

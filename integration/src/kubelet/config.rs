@@ -94,9 +94,9 @@ impl KubeletSettings {
 
 /// containerd's `/etc/containerd/config.toml` on the test node: Debian 12's file (CNI dirs, `opt` under
 /// the root) plus what a kubelet node needs from CRI: the locally built sandbox image, streaming on
-/// loopback only, runc as the default runtime, oom_score_adj kept within what the test may set. Root, state and sockets stay at containerd's defaults
-/// (`/var/lib/containerd`, `/run/containerd`), which the node shadows with test directories; the
-/// installer adds its runtime through a drop-in.
+/// loopback only, runc as the default runtime, oom_score_adj kept within what the test may set.
+/// Root, state and sockets stay at containerd's defaults (`/var/lib/containerd`, `/run/containerd`),
+/// which the node shadows with test directories; the installer adds its runtime through a drop-in.
 pub fn containerd_node_config(pause_image: &str) -> String {
     let image = Value::String(pause_image.to_owned());
     format!(

@@ -37,18 +37,21 @@ impl Daemon {
         let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().map_err(|e| {
             KubeletError::Command { command: format!("{cmd:?}"), detail: format!("cannot start {name}: {e}") }
         })?;
+        // Owned from here on: if recording the PID fails, dropping `daemon` stops the process.
+        let daemon = Daemon { name: name.to_owned(), child: Some(child), log: log.to_path_buf() };
+        let pid = daemon.pid();
         let mut pids = OpenOptions::new()
             .create(true)
             .append(true)
             .open(pid_file)
             .map_err(|source| KubeletError::Io { op: "open", path: pid_file.to_path_buf(), source })?;
-        writeln!(pids, "{} {name}", child.id()).map_err(|source| KubeletError::Io {
+        writeln!(pids, "{pid} {name}").map_err(|source| KubeletError::Io {
             op: "write",
             path: pid_file.to_path_buf(),
             source,
         })?;
-        tracing::info!(daemon = name, pid = child.id(), log = %log.display(), "started");
-        Ok(Daemon { name: name.to_owned(), child: Some(child), log: log.to_path_buf() })
+        tracing::info!(daemon = name, pid, log = %log.display(), "started");
+        Ok(daemon)
     }
 
     /// The process ID (0 once stopped).
@@ -118,4 +121,26 @@ pub fn fresh_file(path: &Path) -> Result<(), KubeletError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_whose_pid_cannot_be_recorded_is_stopped_not_left_running() {
+        let dir = tempfile::tempdir().unwrap();
+        // A duration no other process on the machine has on its command line.
+        let marker = format!("3000.{}", std::process::id());
+        let mut cmd = Command::new("sleep");
+        cmd.arg(&marker);
+        let no_dir = dir.path().join("missing/pids");
+        let err = Daemon::spawn("sleeper", cmd, &dir.path().join("sleeper.log"), &no_dir).unwrap_err();
+        assert!(err.to_string().contains("missing/pids"), "{err}");
+        let left = crate::process::find_processes(&marker);
+        for p in &left {
+            crate::process::stop_pid(p.pid, Duration::from_secs(1));
+        }
+        assert!(left.is_empty(), "the started process was left running: {left:?}");
+    }
 }

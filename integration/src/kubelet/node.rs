@@ -23,6 +23,7 @@ use super::config::{KubeletSettings, StaticPod, containerd_node_config};
 use super::cri::{self, Cri, LABEL_CONTAINER_NAME, LABEL_POD_NAME};
 use super::daemon::Daemon;
 use super::{KubeletArtifacts, KubeletError};
+use crate::cri::parse_cri_log;
 use crate::image::BuiltImage;
 use crate::namespace::{Inside, mount_ns_of, processes_in_mount_ns};
 
@@ -641,21 +642,6 @@ fn stray_processes() -> Vec<(i32, String)> {
     processes_in_mount_ns(&ns).into_iter().filter(|(pid, _)| *pid != me).collect()
 }
 
-/// The messages of a CRI log file (`<time> <stream> <P|F> <message>` per line), partial (`P`) lines
-/// joined to the line they continue.
-pub fn parse_cri_log(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(4, ' ');
-        let (_, _, tag, msg) = (parts.next(), parts.next(), parts.next(), parts.next().unwrap_or(""));
-        out.push_str(msg);
-        if tag != Some("P") {
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// A plain HTTP/1.0 GET on 127.0.0.1 (the kubelet's health and read-only ports); returns the body.
 pub fn http_get(port: u16, path: &str) -> Result<String, KubeletError> {
     let err = |detail: String| KubeletError::Command {
@@ -677,14 +663,6 @@ pub fn http_get(port: u16, path: &str) -> Result<String, KubeletError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cri_log_partial_lines_are_joined_and_framing_removed() {
-        let log = "2026-01-01T00:00:00.1Z stdout P NVINJECT-PROBE {\"a\":\n\
-                   2026-01-01T00:00:00.2Z stdout F 1}\n\
-                   2026-01-01T00:00:00.3Z stderr F second line\n";
-        assert_eq!(parse_cri_log(log), "NVINJECT-PROBE {\"a\":1}\nsecond line\n");
-    }
 
     #[test]
     fn every_shadowed_path_has_its_own_directory() {

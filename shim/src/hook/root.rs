@@ -100,11 +100,17 @@ impl ContainerRoot {
             .map_err(|e| self.err("open", Path::new("/"), e))?;
         let mut so_far = PathBuf::from("/");
         for component in relative(path).components() {
-            let Component::Normal(name) = component else { continue };
-            so_far.push(name);
-            match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(0o755)) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(self.err("mkdir", &so_far, e)),
+            match component {
+                Component::Normal(name) => {
+                    so_far.push(name);
+                    match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(0o755)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(self.err("mkdir", &so_far, e)),
+                    }
+                }
+                // Kept for the kernel to resolve (in the root: `..` of the root is the root).
+                Component::ParentDir => so_far.push(".."),
+                _ => continue,
             }
             // Resolve the whole prefix again from the root so a symlink component is followed
             // inside the root, never outside.
@@ -140,6 +146,10 @@ impl ContainerRoot {
 
     /// Replaces the regular file `path` inside the root with `bytes` (its directory must exist).
     /// Written through a temp file and a rename within that directory.
+    ///
+    /// The temp name is in the image's hands too: whatever is there (a symlink, a FIFO that would
+    /// block the open, a device node that would be written to) is removed, and the temp file is
+    /// created with `O_EXCL`, so only a fresh regular file of ours is ever written.
     pub fn write_file(&self, path: &Path, bytes: &[u8], mode: u32) -> Result<(), RootError> {
         let (parent, name) =
             split(path).ok_or_else(|| self.err("write", path, io::ErrorKind::InvalidInput))?;
@@ -150,10 +160,14 @@ impl ContainerRoot {
         temp_name.push(name);
         temp_name.push(".nvinject.tmp");
         let temp = temp_name.as_os_str();
+        match nix::unistd::unlinkat(dir.as_fd(), temp, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(self.err("remove stale temp file for", path, e)),
+        }
         let fd = nix::fcntl::openat(
             dir.as_fd(),
             temp,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(mode),
         )
         .map_err(|e| self.err("create", path, e))?;
@@ -213,6 +227,12 @@ mod tests {
         );
         r.symlink(Path::new("/usr/bin/nvidia-smi"), Path::new("/new/dir/deep/smi")).unwrap();
         assert!(root.join("new/dir/deep").is_dir());
+        // `..` means the parent, as in any path, and never leaves the root.
+        r.symlink(Path::new("t"), Path::new("/new/../up/link")).unwrap();
+        assert!(fs::symlink_metadata(root.join("up/link")).is_ok());
+        assert!(!root.join("new/up").exists());
+        r.symlink(Path::new("t"), Path::new("/../../top-link")).unwrap();
+        assert!(fs::symlink_metadata(root.join("top-link")).is_ok());
     }
 
     #[test]
@@ -234,21 +254,42 @@ mod tests {
     }
 
     #[test]
-    fn writes_stay_inside_and_never_follow_a_final_symlink() {
+    fn writes_stay_inside_and_never_write_through_what_the_image_put_at_the_temp_name() {
         let (_d, root, outside) = setup();
-        fs::create_dir_all(root.join("etc/ld.so.conf.d")).unwrap();
+        let conf_d = root.join("etc/ld.so.conf.d");
+        fs::create_dir_all(&conf_d).unwrap();
+        let temp = conf_d.join(".00-nvinject.conf.nvinject.tmp");
+        let r = ContainerRoot::open(&root).unwrap();
+        let dropin = Path::new("/etc/ld.so.conf.d/00-nvinject.conf");
+
+        // A symlink to a host file: replaced, the host file untouched.
         let victim = outside.join("victim");
         fs::write(&victim, b"host data").unwrap();
-        symlink(&victim, root.join("etc/ld.so.conf.d/.00-nvinject.conf.nvinject.tmp")).unwrap();
-        let r = ContainerRoot::open(&root).unwrap();
-        let err =
-            r.write_file(Path::new("/etc/ld.so.conf.d/00-nvinject.conf"), b"/usr/lib\n", 0o644).unwrap_err();
-        assert!(err.to_string().contains("00-nvinject.conf"), "{err}");
+        symlink(&victim, &temp).unwrap();
+        r.write_file(dropin, b"/usr/lib\n", 0o644).unwrap();
         assert_eq!(fs::read(&victim).unwrap(), b"host data");
-        fs::remove_file(root.join("etc/ld.so.conf.d/.00-nvinject.conf.nvinject.tmp")).unwrap();
-        r.write_file(Path::new("/etc/ld.so.conf.d/00-nvinject.conf"), b"/usr/lib\n", 0o644).unwrap();
-        assert_eq!(fs::read(root.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap(), b"/usr/lib\n");
+        assert_eq!(fs::read(conf_d.join("00-nvinject.conf")).unwrap(), b"/usr/lib\n");
+
+        // A device node (here /dev/null's numbers; an image can ship any): never opened, and what
+        // lands at the final name is a regular file with the content.
+        let dev_null = nix::sys::stat::makedev(1, 3);
+        nix::sys::stat::mknod(
+            &temp,
+            nix::sys::stat::SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            dev_null,
+        )
+        .expect("mknod (the tests run as root)");
+        r.write_file(dropin, b"/usr/lib64\n", 0o644).unwrap();
+        let written = fs::symlink_metadata(conf_d.join("00-nvinject.conf")).unwrap();
+        assert!(written.file_type().is_file(), "{:?}", written.file_type());
+        assert_eq!(fs::read(conf_d.join("00-nvinject.conf")).unwrap(), b"/usr/lib64\n");
+        assert!(fs::symlink_metadata(&temp).is_err(), "no temp file left");
+
         assert!(r.dir_exists(Path::new("/etc/ld.so.conf.d")));
         assert!(!r.dir_exists(Path::new("/nope")));
+        // A missing directory is an error naming the file, not a write elsewhere.
+        let err = r.write_file(Path::new("/nope/x.conf"), b"", 0o644).unwrap_err();
+        assert!(err.to_string().contains("/nope"), "{err}");
     }
 }

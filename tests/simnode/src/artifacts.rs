@@ -20,7 +20,13 @@ pub fn profile_dir() -> PathBuf {
     dir
 }
 
-/// Builds `package` with cargo (once per process) and returns `<profile dir>/<file>`.
+/// Makes sure `package`'s outputs are built and fresh (once per process) and returns
+/// `<profile dir>/<file>`.
+///
+/// In a debug build this runs `cargo build --workspace --all-targets`, exactly what `./x test` runs
+/// before the tests, so under `./x test` it is a no-op. Building one package with `-p` would unify
+/// dependency features differently and recompile half the dependency tree in every test binary that
+/// asks. Release builds (benchmarks) build just the package.
 ///
 /// Panics with the command to run when the file cannot be produced: in a test, that is the message
 /// a developer needs.
@@ -28,28 +34,33 @@ pub fn artifact(package: &str, file: &str) -> PathBuf {
     static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let dir = profile_dir();
     let path = dir.join(file);
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    // One workspace build covers every package; release builds go package by package.
+    let key = if release { package } else { "--workspace" };
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if !built.contains(package) {
+    if !built.contains(key) {
         if let Some(cargo) = std::env::var_os("CARGO") {
-            build(Path::new(&cargo), package, &dir);
+            build(Path::new(&cargo), package, &dir, release);
         }
-        built.insert(package.to_owned());
+        built.insert(key.to_owned());
     }
     assert!(path.exists(), "{} is missing: run `cargo build -p {package}`", path.display());
     path
 }
 
-fn build(cargo: &Path, package: &str, profile_dir: &Path) {
+fn build(cargo: &Path, package: &str, profile_dir: &Path, release: bool) {
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", package]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
+    cmd.args(["build", "--quiet"]);
+    if release {
+        cmd.args(["--release", "-p", package]);
+    } else {
+        cmd.args(["--workspace", "--all-targets"]);
     }
     if let Some(target) = profile_dir.parent() {
         cmd.env("CARGO_TARGET_DIR", target);
     }
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo.display()));
-    assert!(status.success(), "`cargo build -p {package}` failed");
+    assert!(status.success(), "building {package} with cargo failed (see the compiler output above)");
 }
 
 /// The simulated NVML library as cargo builds it (`libnvidia_ml.so`, SONAME `libnvidia-ml.so.1`).

@@ -279,7 +279,13 @@ pub struct ElfSummary {
 }
 
 fn rd<const N: usize>(b: &[u8], at: usize, what: &'static str) -> Result<[u8; N], ElfError> {
-    b.get(at..at + N).and_then(|s| s.try_into().ok()).ok_or(ElfError::Truncated(what))
+    let end = at.checked_add(N).ok_or(ElfError::Truncated(what))?;
+    b.get(at..end).and_then(|s| s.try_into().ok()).ok_or(ElfError::Truncated(what))
+}
+
+/// `base + index * stride`, or `Truncated` when a corrupt header makes it overflow.
+fn at_index(base: usize, index: usize, stride: usize, what: &'static str) -> Result<usize, ElfError> {
+    index.checked_mul(stride).and_then(|n| n.checked_add(base)).ok_or(ElfError::Truncated(what))
 }
 fn rd16(b: &[u8], at: usize, what: &'static str) -> Result<u16, ElfError> {
     rd::<2>(b, at, what).map(u16::from_le_bytes)
@@ -309,7 +315,7 @@ pub fn read_soname(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
     let mut loads = Vec::new();
     let mut dynamic = None;
     for i in 0..phnum {
-        let at = phoff + i * phentsize;
+        let at = at_index(phoff, i, phentsize, "program header")?;
         let kind = rd32(bytes, at, "program header")?;
         let offset = rd64(bytes, at + 8, "program header")?;
         let vaddr = rd64(bytes, at + 16, "program header")?;
@@ -324,8 +330,9 @@ pub fn read_soname(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
     let mut strtab = None;
     let mut soname_at = None;
     for i in 0..dyn_size / DYN_SIZE {
-        let tag = rd64(bytes, dyn_off + i * DYN_SIZE, "dynamic section")?;
-        let val = rd64(bytes, dyn_off + i * DYN_SIZE + 8, "dynamic section")?;
+        let at = at_index(dyn_off, i, DYN_SIZE, "dynamic section")?;
+        let tag = rd64(bytes, at, "dynamic section")?;
+        let val = rd64(bytes, at_index(at, 1, 8, "dynamic section")?, "dynamic section")?;
         match tag {
             DT_NULL => break,
             DT_STRTAB => strtab = Some(val),
@@ -338,11 +345,12 @@ pub fn read_soname(bytes: &[u8]) -> Result<ElfSummary, ElfError> {
     };
     let strtab_off = loads
         .iter()
-        .find(|(vaddr, _, filesz)| strtab >= *vaddr && strtab < vaddr + filesz)
-        .map(|(vaddr, offset, _)| (strtab - vaddr + offset) as usize)
+        .find(|(vaddr, _, filesz)| strtab >= *vaddr && strtab - vaddr < *filesz)
+        .and_then(|(vaddr, offset, _)| (strtab - vaddr).checked_add(*offset))
         .ok_or(ElfError::Truncated("string table"))?;
-    let start = strtab_off + soname_at as usize;
-    let tail = bytes.get(start..).ok_or(ElfError::Truncated("SONAME"))?;
+    let start = strtab_off.checked_add(soname_at).ok_or(ElfError::Truncated("SONAME"))?;
+    let tail =
+        usize::try_from(start).ok().and_then(|s| bytes.get(s..)).ok_or(ElfError::Truncated("SONAME"))?;
     let end = tail.iter().position(|&b| b == 0).ok_or(ElfError::Truncated("SONAME"))?;
     Ok(ElfSummary { machine, soname: Some(String::from_utf8_lossy(&tail[..end]).into_owned()) })
 }
@@ -377,5 +385,12 @@ mod tests {
         assert_eq!(read_soname(&so), Err(ElfError::Unsupported));
         let so = shared_object(Machine::X86_64, "x.so.1");
         assert!(matches!(read_soname(&so[..100]), Err(ElfError::Truncated(_))));
+        // Header offsets and sizes at their maximum are reported, not overflowed.
+        let mut so = shared_object(Machine::X86_64, "x.so.1");
+        so[32..40].copy_from_slice(&u64::MAX.to_le_bytes()); // e_phoff
+        assert!(matches!(read_soname(&so), Err(ElfError::Truncated(_))));
+        let mut so = shared_object(Machine::X86_64, "x.so.1");
+        so[EHDR_SIZE + 32..EHDR_SIZE + 40].copy_from_slice(&u64::MAX.to_le_bytes()); // PT_LOAD p_filesz
+        assert_eq!(read_soname(&so).unwrap().soname.as_deref(), Some("x.so.1"));
     }
 }

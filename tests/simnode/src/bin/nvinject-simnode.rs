@@ -192,9 +192,8 @@ fn inject(args: XidArgs) -> anyhow::Result<()> {
     let (index, gpu) = match args.gpu.parse::<usize>() {
         Ok(i) => node.gpus.get(i).map(|g| (i, g)).with_context(|| {
             format!(
-                "{}: --gpu {i}: the node has {} GPUs (0..{})",
+                "{}: --gpu {i}: the node has {} GPUs; give a position below that or a GPU's UUID",
                 args.node.display(),
-                node.gpus.len(),
                 node.gpus.len()
             )
         })?,

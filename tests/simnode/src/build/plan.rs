@@ -100,6 +100,7 @@ pub struct PlanInput<'a> {
 }
 
 const DIR: u32 = 0o755;
+const EXEC: u32 = 0o755;
 const DATA: u32 = 0o644;
 const PROC: u32 = 0o444;
 
@@ -167,7 +168,7 @@ fn driver_root(input: &PlanInput<'_>, out: &mut Vec<Entry>) {
         }
     }
     for name in driver::BINARIES {
-        out.push(Entry::Copy { from: input.smi_bin.to_owned(), path: l.bin_dir().join(name), mode: DIR });
+        out.push(Entry::Copy { from: input.smi_bin.to_owned(), path: l.bin_dir().join(name), mode: EXEC });
     }
     let firmware_dir = root.join("lib/firmware/nvidia").join(version);
     for name in driver::FIRMWARE {
