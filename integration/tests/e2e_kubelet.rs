@@ -106,7 +106,11 @@ fn kubelet_runs_a_static_pod_with_runc() {
 
         node.remove_static_pod(&pod).unwrap();
         let stopped = node.wait_stopped(&pod, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
-        println!("pod {}: manifest removed -> stopped in {stopped:.2?}", pod.name);
+        println!(
+            "pod {}: manifest removed -> stopped, and unchanged for {:?}, after {stopped:.2?}",
+            pod.name,
+            kubelet::node::STOP_QUIET
+        );
         let removed = node.wait_removed(&pod, Duration::from_secs(150)).unwrap_or_else(|e| panic!("{e}"));
         println!("pod {}: garbage-collected by the kubelet {removed:.1?} after it stopped", pod.name);
 

@@ -34,6 +34,10 @@ pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 /// The file in the device-plugin dir where the kubelet keeps allocations and healthy devices.
 pub const CHECKPOINT_FILE: &str = "kubelet_internal_checkpoint";
 
+/// How long a removed pod must stay stopped, unchanged, before [`KubeNode::wait_stopped`] trusts it:
+/// longer than the kubelet's 2 s housekeeping period.
+pub const STOP_QUIET: Duration = Duration::from_millis(2500);
+
 /// The host paths a node test shadows, each with the name of the directory under the node's root
 /// that stands in for it. The kubelet 1.20 hard-codes the first three; containerd 1.6 puts shim
 /// sockets and runc state under `/run/containerd` whatever its configured state dir; the rest are the
@@ -457,23 +461,34 @@ impl KubeNode {
         })
     }
 
-    /// Waits until no container of `pod` runs and none of its sandboxes is ready (what the kubelet does
-    /// when a manifest goes away). A static pod removed right after it started may be created once
-    /// more, so the state must hold for half a second.
+    /// Waits until no container of `pod` runs, none of its sandboxes is ready, and nothing about it
+    /// changes for [`STOP_QUIET`] (what the kubelet does when a manifest goes away).
+    ///
+    /// Why the quiet period: a pod worker still holding the removed pod may create a new sandbox for it
+    /// once (seen ~0.6 s after the removal), and kubelet 1.20 re-allocates its devices then without a
+    /// lock shared with admission: a GPU pod admitted at that moment can crash the kubelet ("assignment
+    /// to entry in nil map" in devicemanager). The kubelet's housekeeping (every 2 s) kills such a
+    /// sandbox, so a state that holds longer than that is final.
     pub fn wait_stopped(&mut self, pod: &StaticPod, timeout: Duration) -> Result<Duration, KubeletError> {
         let full = pod.full_name(&self.settings.node_name);
         let started = Instant::now();
         let cri = self.cri.as_mut().expect("containerd is running");
-        let mut quiet_since: Option<Instant> = None;
+        let mut quiet: Option<(Instant, usize, usize)> = None;
         wait_for(&format!("pod {full} to stop"), timeout, Duration::from_millis(50), || {
-            let running = cri.containers(&[(LABEL_POD_NAME, &full)])?.iter().any(cri::is_running);
-            let ready = cri.pods(&[(LABEL_POD_NAME, &full)])?.iter().any(cri::is_ready);
-            if running || ready {
-                quiet_since = None;
+            let containers = cri.containers(&[(LABEL_POD_NAME, &full)])?;
+            let sandboxes = cri.pods(&[(LABEL_POD_NAME, &full)])?;
+            if containers.iter().any(cri::is_running) || sandboxes.iter().any(cri::is_ready) {
+                quiet = None;
                 return Ok(None);
             }
-            let since = *quiet_since.get_or_insert_with(Instant::now);
-            Ok((since.elapsed() >= Duration::from_millis(500)).then_some(()))
+            let counts = (containers.len(), sandboxes.len());
+            match quiet {
+                Some((since, c, s)) if (c, s) == counts => Ok((since.elapsed() >= STOP_QUIET).then_some(())),
+                _ => {
+                    quiet = Some((Instant::now(), counts.0, counts.1));
+                    Ok(None)
+                }
+            }
         })?;
         Ok(started.elapsed())
     }
