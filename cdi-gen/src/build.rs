@@ -116,9 +116,9 @@ pub enum Source<'a> {
     },
 }
 
-/// Choices that shape the spec.
+/// What the operator chooses about the spec (flags of `nvinject-cdi generate`).
 #[derive(Debug, Clone)]
-pub struct SpecOptions {
+pub struct SpecChoices {
     /// `vendor/class`, normally `nvidia.com/gpu`.
     pub kind: Kind,
     /// Naming strategies; each device appears once per strategy (duplicates ignored).
@@ -131,6 +131,28 @@ pub struct SpecOptions {
     pub device_ids: Option<Vec<String>>,
     /// Hooks to leave out.
     pub disabled_hooks: Vec<HookKind>,
+}
+
+impl SpecChoices {
+    /// nvidia-ctk's defaults: kind `nvidia.com/gpu`, index and uuid names, an `all` device,
+    /// every device, every hook.
+    pub fn new(hook_path: String) -> Self {
+        SpecChoices {
+            kind: Kind::new("nvidia.com", "gpu").expect("the default kind is valid"),
+            naming: vec![NamingStrategy::Index, NamingStrategy::Uuid],
+            hook_path,
+            all_device: true,
+            device_ids: None,
+            disabled_hooks: Vec::new(),
+        }
+    }
+}
+
+/// Everything that shapes the spec: the operator's choices plus what discovery decided.
+#[derive(Debug, Clone)]
+pub struct SpecOptions {
+    /// The operator's choices.
+    pub choices: SpecChoices,
     /// The driver root as the host sees it: prefix of every mount's host path.
     pub host_driver_root: String,
     /// The dev root as the host sees it: prefix of every device node's host path.
@@ -258,10 +280,10 @@ impl Builder<'_> {
     }
 
     fn hook(&self, kind: HookKind, flag: &str, values: impl IntoIterator<Item = String>) -> Option<Hook> {
-        if self.opts.disabled_hooks.contains(&kind) {
+        if self.opts.choices.disabled_hooks.contains(&kind) {
             return None;
         }
-        let argv0 = self.opts.hook_path.rsplit('/').next().unwrap_or(&self.opts.hook_path);
+        let argv0 = self.opts.choices.hook_path.rsplit('/').next().unwrap_or(&self.opts.choices.hook_path);
         let mut args = vec![argv0.to_owned(), kind.as_str().to_owned()];
         for v in values {
             args.push(flag.to_owned());
@@ -269,7 +291,7 @@ impl Builder<'_> {
         }
         (args.len() > 2).then(|| Hook {
             hook_name: "createContainer".into(),
-            path: self.opts.hook_path.clone(),
+            path: self.opts.choices.hook_path.clone(),
             args,
             ..Default::default()
         })
@@ -475,12 +497,12 @@ pub fn build_spec(
     let (driver_version, digest) = match source {
         Source::Nvml(inventory) => {
             let mut naming: Vec<NamingStrategy> = Vec::new();
-            for s in &opts.naming {
+            for s in &opts.choices.naming {
                 if !naming.contains(s) {
                     naming.push(*s);
                 }
             }
-            for device in select(inventory, opts.device_ids.as_deref())? {
+            for device in select(inventory, opts.choices.device_ids.as_deref())? {
                 let (nodes, links) = b.device_edits(device)?;
                 for strategy in &naming {
                     devices.push(Device {
@@ -499,10 +521,10 @@ pub fn build_spec(
             (inventory.driver.version.as_str(), inventory_digest(inventory))
         }
         Source::Management { driver_version } => {
-            if !opts.all_device {
+            if !opts.choices.all_device {
                 return Err(BuildError::NotInManagementMode("--no-all-device"));
             }
-            if opts.device_ids.is_some() {
+            if opts.choices.device_ids.is_some() {
                 return Err(BuildError::NotInManagementMode("--device-ids"));
             }
             let control =
@@ -526,7 +548,7 @@ pub fn build_spec(
             (driver_version, hex_sha256(text.as_bytes()))
         }
     };
-    if opts.all_device {
+    if opts.choices.all_device {
         let edits = b.edits_with_links(all_nodes, &all_links);
         devices.push(Device {
             name: ALL_DEVICE.into(),
@@ -546,7 +568,7 @@ pub fn build_spec(
     .collect();
     let mut spec = Spec {
         cdi_version: String::new(),
-        kind: opts.kind.to_string(),
+        kind: opts.choices.kind.to_string(),
         annotations,
         devices,
         container_edits: b.common_edits(files),
@@ -667,12 +689,7 @@ mod tests {
 
     fn opts() -> SpecOptions {
         SpecOptions {
-            kind: "nvidia.com/gpu".parse().unwrap(),
-            naming: vec![NamingStrategy::Index, NamingStrategy::Uuid],
-            hook_path: "/usr/local/nvinject/bin/nvinject-hook".into(),
-            all_device: true,
-            device_ids: None,
-            disabled_hooks: vec![],
+            choices: SpecChoices::new("/usr/local/nvinject/bin/nvinject-hook".into()),
             host_driver_root: "/".into(),
             host_dev_root: "/".into(),
             generator: "nvinject-cdi test".into(),
@@ -706,8 +723,8 @@ mod tests {
         assert_eq!(spec.cdi_version, "0.6.0", "annotations need 0.6.0");
 
         let mut o = opts();
-        o.naming = vec![NamingStrategy::TypeIndex, NamingStrategy::TypeIndex];
-        o.all_device = false;
+        o.choices.naming = vec![NamingStrategy::TypeIndex, NamingStrategy::TypeIndex];
+        o.choices.all_device = false;
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(names(&spec), ["gpu0", "mig1:0", "mig1:1"]);
     }
@@ -852,11 +869,11 @@ mod tests {
     #[test]
     fn hooks_can_be_disabled() {
         let mut o = opts();
-        o.disabled_hooks = vec![HookKind::CreateSymlinks, HookKind::UpdateLdcache];
+        o.choices.disabled_hooks = vec![HookKind::CreateSymlinks, HookKind::UpdateLdcache];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert!(spec.container_edits.hooks.is_empty());
         assert!(spec.devices.iter().all(|d| d.container_edits.hooks.is_empty()));
-        o.disabled_hooks = vec!["update-ldcache".parse().unwrap()];
+        o.choices.disabled_hooks = vec!["update-ldcache".parse().unwrap()];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(spec.container_edits.hooks.len(), 1);
         assert_eq!(spec.container_edits.hooks[0].args[1], "create-symlinks");
@@ -872,7 +889,7 @@ mod tests {
     #[test]
     fn device_ids_select_devices_by_any_name() {
         let mut o = opts();
-        o.device_ids = Some(vec!["MIG-19000000-1111-2222-3333-444444444444".into(), "gpu0".into()]);
+        o.choices.device_ids = Some(vec!["MIG-19000000-1111-2222-3333-444444444444".into(), "gpu0".into()]);
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(
             names(&spec),
@@ -889,10 +906,10 @@ mod tests {
                 .contains(&"/dev/nvidia-caps/nvidia-cap21")
         );
 
-        o.device_ids = Some(vec!["7".into()]);
+        o.choices.device_ids = Some(vec!["7".into()]);
         let err = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap_err().to_string();
         assert_eq!(err, "--device-ids: no device `7` on this node; devices are: 0, 1:0, 1:1");
-        o.device_ids = Some(vec!["1".into()]);
+        o.choices.device_ids = Some(vec!["1".into()]);
         let err = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap_err().to_string();
         assert!(err.contains("GPU `1` is in MIG mode") && err.contains("1:0, 1:1"), "{err}");
     }
@@ -938,7 +955,7 @@ mod tests {
         );
         assert_eq!(validate(&spec), vec![]);
         let mut o = opts();
-        o.all_device = false;
+        o.choices.all_device = false;
         let err = build_spec(Source::Management { driver_version: VER }, &files(), &dev(), &o).unwrap_err();
         assert_eq!(err, BuildError::NotInManagementMode("--no-all-device"));
     }

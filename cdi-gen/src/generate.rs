@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use nvinject_cdi::{Kind, Spec, validate};
-use nvinject_gpu::{Inventory, NamingStrategy, NvmlError};
+use nvinject_cdi::{Spec, validate};
+use nvinject_gpu::{Inventory, NvmlError};
 
-use crate::build::{BuildError, HookKind, Source, SpecOptions, build_spec};
+use crate::build::{BuildError, Source, SpecChoices, SpecOptions, build_spec};
 use crate::driver::{self, default_library_dirs, locate_nvml};
 use crate::root::Root;
 use crate::{devices, generator_name};
@@ -57,18 +57,8 @@ pub struct GenerateOptions {
     /// NVML library to load; by default `libnvidia-ml.so.1` from the driver root, else the
     /// dynamic linker's.
     pub nvml_lib: Option<PathBuf>,
-    /// `vendor/class`.
-    pub kind: Kind,
-    /// Device naming strategies.
-    pub naming: Vec<NamingStrategy>,
-    /// Absolute host path of `nvinject-hook`.
-    pub hook_path: String,
-    /// Whether to add the `all` device.
-    pub all_device: bool,
-    /// Only these devices; `None` for all.
-    pub device_ids: Option<Vec<String>>,
-    /// Hooks to leave out.
-    pub disabled_hooks: Vec<HookKind>,
+    /// Kind, naming, hook path, device selection, hooks.
+    pub spec: SpecChoices,
 }
 
 impl GenerateOptions {
@@ -90,12 +80,7 @@ impl GenerateOptions {
             sys_root,
             library_dirs: default_library_dirs(),
             nvml_lib: None,
-            kind: Kind::new("nvidia.com", "gpu").expect("the default kind is valid"),
-            naming: vec![NamingStrategy::Index, NamingStrategy::Uuid],
-            hook_path,
-            all_device: true,
-            device_ids: None,
-            disabled_hooks: Vec::new(),
+            spec: SpecChoices::new(hook_path),
         }
     }
 }
@@ -152,12 +137,7 @@ pub fn generate(opts: &GenerateOptions, nvml: &dyn InventorySource) -> Result<Sp
     let files = driver::scan(&opts.driver_root.lookup, version, &opts.library_dirs);
     let dev = devices::scan(&opts.dev_root.lookup, &opts.proc_root);
     let spec_opts = SpecOptions {
-        kind: opts.kind.clone(),
-        naming: opts.naming.clone(),
-        hook_path: opts.hook_path.clone(),
-        all_device: opts.all_device,
-        device_ids: opts.device_ids.clone(),
-        disabled_hooks: opts.disabled_hooks.clone(),
+        choices: opts.spec.clone(),
         host_driver_root: opts.driver_root.host_display(),
         host_dev_root: opts.dev_root.host_display(),
         generator: generator_name(),

@@ -17,7 +17,7 @@ pub mod ldcache;
 pub mod root;
 pub mod write;
 
-pub use build::{BuildError, HookKind, SpecOptions, build_spec, inventory_digest};
+pub use build::{BuildError, HookKind, SpecChoices, SpecOptions, build_spec, inventory_digest};
 pub use generate::{GenerateError, GenerateOptions, InventorySource, Mode, Nvml, generate};
 pub use root::Root;
 pub use write::{WriteError, write_spec};

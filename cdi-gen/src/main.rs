@@ -245,13 +245,13 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     dirs.append(&mut opts.library_dirs);
     opts.library_dirs = dirs;
     opts.nvml_lib = args.nvml_lib;
-    opts.kind = kind;
+    opts.spec.kind = kind;
     if !args.device_name_strategies.is_empty() {
-        opts.naming = args.device_name_strategies;
+        opts.spec.naming = args.device_name_strategies;
     }
-    opts.all_device = !args.no_all_device;
-    opts.device_ids = args.device_ids;
-    opts.disabled_hooks = args.disabled_hooks;
+    opts.spec.all_device = !args.no_all_device;
+    opts.spec.device_ids = args.device_ids;
+    opts.spec.disabled_hooks = args.disabled_hooks;
 
     let spec = generate(&opts, &Nvml).map_err(with_flag_hint)?;
     match &args.output {

@@ -326,14 +326,18 @@ fn print_install(report: &InstallReport) {
     for path in &report.written {
         println!("wrote {path}");
     }
-    match report.restart {
+    print_restart_and_warnings(report.restart, &report.warnings);
+}
+
+fn print_restart_and_warnings(restart: Option<Restarted>, warnings: &[String]) {
+    match restart {
         Some(Restarted::Yes) => println!("containerd restarted and answering"),
         Some(Restarted::Skipped) => {
             println!("containerd NOT restarted (--restart-mode none): restart it yourself")
         }
         None => println!("containerd not restarted: its configuration did not change"),
     }
-    for w in &report.warnings {
+    for w in warnings {
         println!("warning: {w}");
     }
 }
@@ -348,16 +352,7 @@ fn print_uninstall(report: &UninstallReport) {
     for (path, why) in &report.kept {
         println!("kept {path} ({why})");
     }
-    match report.restart {
-        Some(Restarted::Yes) => println!("containerd restarted and answering"),
-        Some(Restarted::Skipped) => {
-            println!("containerd NOT restarted (--restart-mode none): restart it yourself")
-        }
-        None => println!("containerd not restarted: its configuration did not change"),
-    }
-    for w in &report.warnings {
-        println!("warning: {w}");
-    }
+    print_restart_and_warnings(report.restart, &report.warnings);
 }
 
 /// Set by the SIGTERM/SIGINT handler.

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
@@ -18,7 +17,7 @@ use k8s_cri::v1::{
     PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
     StopPodSandboxRequest,
 };
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{HarnessError, Result};
 use crate::process;
@@ -59,6 +58,11 @@ pub struct ContainerRequest {
     pub privileged: bool,
 }
 
+/// A gRPC channel to the unix socket at `socket` (tonic dials `unix://` URIs itself).
+pub(crate) async fn unix_channel(socket: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
+    Endpoint::from_shared(format!("unix://{}", socket.display()))?.connect().await
+}
+
 fn cri_err(call: &'static str) -> impl FnOnce(tonic::Status) -> HarnessError {
     move |s| HarnessError::Cri { call, message: s.message().to_owned() }
 }
@@ -70,21 +74,8 @@ impl CriClient {
             .enable_all()
             .build()
             .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
-        let path = socket.to_owned();
         let channel = rt
-            .block_on(async move {
-                Endpoint::try_from("http://[::]:50051")
-                    .expect("static uri")
-                    .connect_with_connector(tower::service_fn(move |_: Uri| {
-                        let path = path.clone();
-                        async move {
-                            Ok::<_, std::io::Error>(TokioIo::new(
-                                tokio::net::UnixStream::connect(path).await?,
-                            ))
-                        }
-                    }))
-                    .await
-            })
+            .block_on(unix_channel(socket))
             .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
         Ok(CriClient {
             rt,

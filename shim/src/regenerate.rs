@@ -31,7 +31,7 @@ impl Regenerate for CdiGenRegenerator {
             self.sys_root.clone(),
             hook.to_string_lossy().into_owned(),
         );
-        options.kind = request.kind.parse().map_err(|e| format!("kind {:?}: {e}", request.kind))?;
+        options.spec.kind = request.kind.parse().map_err(|e| format!("kind {:?}: {e}", request.kind))?;
         options.nvml_lib = request.nvml_lib.clone();
         let spec = generate(&options, &Nvml).map_err(|e| e.to_string())?;
         let format = Format::from_path(&request.spec_path).unwrap_or(Format::Yaml);

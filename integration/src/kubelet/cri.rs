@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     Container, ContainerFilter, ContainerState, ContainerStatus, ContainerStatusRequest,
     ListContainersRequest, ListPodSandboxRequest, PodSandbox, PodSandboxFilter, PodSandboxState,
     RemovePodSandboxRequest, StatusRequest, StopPodSandboxRequest, VersionRequest,
 };
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use super::KubeletError;
 
@@ -36,25 +35,11 @@ impl Cri {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| {
             KubeletError::Io { op: "start a tokio runtime for", path: socket.to_path_buf(), source }
         })?;
-        let path = socket.to_path_buf();
-        let channel = rt
-            .block_on(async move {
-                Endpoint::from_static("http://[::]:0")
-                    .connect_with_connector(tower::service_fn(move |_: Uri| {
-                        let path = path.clone();
-                        async move {
-                            Ok::<_, std::io::Error>(TokioIo::new(
-                                tokio::net::UnixStream::connect(path).await?,
-                            ))
-                        }
-                    }))
-                    .await
-            })
-            .map_err(|e| KubeletError::Cri {
-                call: "connect",
-                socket: socket.to_path_buf(),
-                detail: e.to_string(),
-            })?;
+        let channel = rt.block_on(crate::cri::unix_channel(socket)).map_err(|e| KubeletError::Cri {
+            call: "connect",
+            socket: socket.to_path_buf(),
+            detail: e.to_string(),
+        })?;
         Ok(Cri { socket: socket.to_path_buf(), rt, client: RuntimeServiceClient::new(channel) })
     }
 
