@@ -27,7 +27,7 @@ use serde::Deserialize;
 use crate::codec::Format;
 use crate::load::{SpecError, parse_and_validate};
 use crate::name::{Kind, QualifiedName};
-use crate::spec::{ContainerEdits, Device, Spec};
+use crate::spec::{Device, Spec};
 
 /// The CDI spec directories runtimes read, lowest priority first.
 pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -127,13 +127,6 @@ pub struct Resolved<'a> {
     pub spec: &'a Spec,
     /// The device.
     pub device: &'a Device,
-}
-
-impl<'a> Resolved<'a> {
-    /// The edits to apply for this device, in order: the spec's common edits, then the device's.
-    pub fn edits(&self) -> [&'a ContainerEdits; 2] {
-        [&self.spec.container_edits, &self.device.container_edits]
-    }
 }
 
 /// A device as `list` shows it.

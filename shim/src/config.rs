@@ -43,7 +43,7 @@ pub struct CdiConfig {
 impl Default for CdiConfig {
     fn default() -> Self {
         CdiConfig {
-            spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            spec_dirs: nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect(),
             default_kind: "nvidia.com/gpu".to_owned(),
             annotation_prefixes: vec!["cdi.k8s.io/".to_owned()],
         }
@@ -97,7 +97,8 @@ pub struct RegenerateConfig {
     /// Regenerate a stale spec written by nvinject-cdi before using it. When off, a stale spec is
     /// used as it is, with a warning.
     pub enabled: bool,
-    /// Where the loaded driver's version is read: `<sys-root>/module/nvidia/version`.
+    /// Where the loaded driver's version is read: `<sys-root>/module/nvidia/version` (else
+    /// `<proc-root>/driver/nvidia/version`).
     pub sys_root: PathBuf,
     /// Where regeneration reads `devices` and `driver/nvidia-caps/mig-minors`.
     pub proc_root: PathBuf,

@@ -18,6 +18,7 @@ use std::time::Instant;
 use containerd_shim_protos::api::CreateTaskRequest;
 use nvinject_cdi::apply::{apply_edits, has_device_node};
 use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError, Spec};
+use nvinject_cdi_gen::build::{ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION};
 use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
@@ -25,15 +26,6 @@ use ttrpc::proto::Code;
 use crate::config::{Config, RegenerateConfig};
 use crate::proxy::{CreateGate, Rejection};
 use crate::request::{self, Policy, Resolution};
-
-/// Spec annotation: the driver version the spec was generated for.
-pub const DRIVER_VERSION_ANNOTATION: &str = "nvinject.io/driver-version";
-/// Spec annotation: the driver root the spec was generated from.
-pub const DRIVER_ROOT_ANNOTATION: &str = "nvinject.io/driver-root";
-/// Spec annotation: the dev root the spec was generated from.
-pub const DEV_ROOT_ANNOTATION: &str = "nvinject.io/dev-root";
-/// Spec annotation: which tool wrote the spec (`nvinject-cdi <version>`).
-pub const GENERATED_BY_ANNOTATION: &str = "nvinject.io/generated-by";
 
 /// Everything needed to regenerate one stale spec file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,7 +201,7 @@ impl Injector {
         let path = bundle.join("config.json");
         let t0 = Instant::now();
         let read_err = |message: String| InjectError::ReadSpec { path: path.clone(), message };
-        let bytes = fs::read(&path).map_err(|e| read_err(e.to_string()))?;
+        let (bytes, mode) = read_with_mode(&path).map_err(|e| read_err(e.to_string()))?;
         let mut oci: Value = serde_json::from_slice(&bytes).map_err(|e| read_err(e.to_string()))?;
         let mut outcome = Outcome { read_us: micros(t0), ..Default::default() };
 
@@ -249,7 +241,6 @@ impl Injector {
 
         let t2 = Instant::now();
         let write_err = |source| InjectError::Write { path: path.clone(), source };
-        let mode = fs::metadata(&path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
         let text = serde_json::to_vec(&oci).map_err(|e| write_err(std::io::Error::other(e)))?;
         // No fsync: config.json lives in containerd's bundle directory, which does not outlive a
         // reboot (containerd's state dir is on tmpfs on a normal host), and the rename alone gives
@@ -261,6 +252,13 @@ impl Injector {
         Ok(outcome)
     }
 
+    /// The loaded driver's version, read as cdi-gen reads it (the kernel module's `version` under
+    /// the sys root, else the NVRM line under the proc root), so both agree on what is stale.
+    fn loaded_driver_version(&self) -> Option<String> {
+        let (sys, proc) = (&self.regen_config.sys_root, &self.regen_config.proc_root);
+        nvinject_cdi_gen::devices::read_driver_version(sys, proc).ok().map(|(version, _)| version)
+    }
+
     /// Generates `[regenerate] spec-path` when it is configured and missing (a node whose
     /// `/var/run/cdi` was emptied by a reboot). Returns it when generated.
     fn create_missing(&self, registry: &mut Registry) -> Result<Vec<PathBuf>, InjectError> {
@@ -270,7 +268,7 @@ impl Injector {
         if path.exists() {
             return Ok(Vec::new());
         }
-        let loaded = loaded_driver_version(&self.regen_config.sys_root).unwrap_or_default();
+        let loaded = self.loaded_driver_version().unwrap_or_default();
         let fail = |message: String| InjectError::Regenerate {
             path: path.clone(),
             stale: "(missing)".into(),
@@ -306,7 +304,7 @@ impl Injector {
         registry: &mut Registry,
         names: &[QualifiedName],
     ) -> Result<Vec<PathBuf>, InjectError> {
-        let Some(loaded) = loaded_driver_version(&self.regen_config.sys_root) else {
+        let Some(loaded) = self.loaded_driver_version() else {
             // No driver module information: nothing to compare with.
             return Ok(Vec::new());
         };
@@ -339,25 +337,25 @@ impl Injector {
         }
         let Some(regenerator) = &self.regenerator else {
             for (path, spec) in &stale {
-                tracing::warn!(spec = %path.display(), recorded = spec.annotations.get(DRIVER_VERSION_ANNOTATION).map(String::as_str),
+                tracing::warn!(spec = %path.display(), recorded = spec.annotations.get(ANNOTATION_DRIVER_VERSION).map(String::as_str),
                     loaded = %loaded, "CDI spec is stale and [regenerate] is disabled; using it as it is");
             }
             return Ok(Vec::new());
         };
         let mut done = Vec::new();
         for (path, spec) in stale {
-            let recorded = spec.annotations.get(DRIVER_VERSION_ANNOTATION).cloned().unwrap_or_default();
+            let recorded = spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned().unwrap_or_default();
             let request = RegenerateRequest {
                 spec_path: path.clone(),
                 kind: spec.kind.clone(),
                 driver_root: spec
                     .annotations
-                    .get(DRIVER_ROOT_ANNOTATION)
+                    .get(ANNOTATION_DRIVER_ROOT)
                     .map(PathBuf::from)
                     .or(self.regen_config.driver_root.clone()),
                 dev_root: spec
                     .annotations
-                    .get(DEV_ROOT_ANNOTATION)
+                    .get(ANNOTATION_DEV_ROOT)
                     .map(PathBuf::from)
                     .or(self.regen_config.dev_root.clone()),
                 nvml_lib: self.regen_config.nvml_lib.clone(),
@@ -458,6 +456,16 @@ impl CreateGate for Injector {
     }
 }
 
+/// The file's bytes and permission bits, from one open (the rewrite keeps the mode).
+fn read_with_mode(path: &Path) -> std::io::Result<(Vec<u8>, u32)> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let meta = file.metadata()?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes)?;
+    Ok((bytes, meta.permissions().mode() & 0o7777))
+}
+
 fn describe_ignored(ignored: &[request::Ignored]) -> Vec<String> {
     ignored.iter().map(|i| format!("{}: {}", i.source, i.reason)).collect()
 }
@@ -466,17 +474,10 @@ fn micros(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The loaded driver's version: the first line of `<sys root>/module/nvidia/version`.
-pub fn loaded_driver_version(sys_root: &Path) -> Option<String> {
-    let text = fs::read_to_string(sys_root.join("module/nvidia/version")).ok()?;
-    let line = text.lines().next()?.trim();
-    (!line.is_empty()).then(|| line.to_owned())
-}
-
 /// A spec is stale when nvinject wrote it for another driver version. Specs without the
 /// annotation (hand-written, other vendors) are never stale.
 pub fn spec_is_stale(spec: &Spec, loaded: &str) -> bool {
-    spec.annotations.get(DRIVER_VERSION_ANNOTATION).is_some_and(|v| v != loaded)
+    spec.annotations.get(ANNOTATION_DRIVER_VERSION).is_some_and(|v| v != loaded)
 }
 
 /// An exclusive `flock` on `<spec>.lock`, released when dropped (closing the file releases it).
@@ -723,7 +724,7 @@ mod tests {
         assert_eq!(out.regenerated, [f.spec_path()]);
         assert_eq!(out.injected, ["nvidia.com/gpu=2"], "GPU 2 exists only in the regenerated spec");
         let spec = nvinject_cdi::load_file(&f.spec_path()).unwrap();
-        assert_eq!(spec.annotations[DRIVER_VERSION_ANNOTATION], "550.54.15");
+        assert_eq!(spec.annotations[ANNOTATION_DRIVER_VERSION], "550.54.15");
         // Fresh now: the next container does not regenerate.
         f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
         inj.inject(&f.bundle()).unwrap();
