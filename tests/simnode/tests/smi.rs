@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{build_preset, host, run_build, text};
-use nvinject_simnode::NodeDescription;
 use nvinject_simnode::artifacts::sim_nvml_lib;
+use nvinject_simnode::description::GpuDescription;
 use nvinject_simnode::presets;
 
 /// Runs the driver root's `nvidia-smi` the way a user on that node would.
@@ -31,8 +31,9 @@ fn built(preset: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, out)
 }
 
-fn gpu_lines(node: &NodeDescription) -> Vec<String> {
-    node.gpus.iter().enumerate().map(|(i, g)| format!("GPU {i}: {} (UUID: {})", g.name, g.uuid)).collect()
+/// The `-L` lines of these GPUs, numbered from 0 as NVML numbers the visible ones.
+fn gpu_lines<'a>(gpus: impl IntoIterator<Item = &'a GpuDescription>) -> Vec<String> {
+    gpus.into_iter().enumerate().map(|(i, g)| format!("GPU {i}: {} (UUID: {})", g.name, g.uuid)).collect()
 }
 
 #[test]
@@ -43,7 +44,7 @@ fn list_prints_one_line_per_gpu_on_h100x8() {
     assert!(output.status.success(), "nvidia-smi -L failed: {stdout}{stderr}");
     let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
     assert_eq!(lines.len(), 8, "{stdout}");
-    assert_eq!(lines, gpu_lines(&presets::preset("h100x8").unwrap()));
+    assert_eq!(lines, gpu_lines(&presets::preset("h100x8").unwrap().gpus));
 }
 
 #[test]
@@ -54,13 +55,7 @@ fn removing_a_device_node_hides_that_gpu() {
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stdout}{stderr}");
     let node = presets::preset("h100x8").unwrap();
-    let expected: Vec<String> = node
-        .gpus
-        .iter()
-        .filter(|g| g.minor != 3)
-        .enumerate()
-        .map(|(i, g)| format!("GPU {i}: {} (UUID: {})", g.name, g.uuid))
-        .collect();
+    let expected = gpu_lines(node.gpus.iter().filter(|g| g.minor != 3));
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);
 }
 

@@ -84,6 +84,15 @@ pub struct Gpu {
     pub mig_devices: Vec<MigDevice>,
 }
 
+impl Gpu {
+    /// MIG device indices NVML offers with MIG on: the model's maximum, or the visible devices when
+    /// there are more (or no table); indices past the visible devices are empty slots.
+    pub fn mig_device_slots(&self) -> usize {
+        let visible = self.mig_devices.len();
+        self.model.map_or(visible, |m| (m.max_mig_devices as usize).max(visible))
+    }
+}
+
 /// A visible GPU instance.
 #[derive(Debug)]
 pub struct GpuInstance {
@@ -411,6 +420,12 @@ mod tests {
         node.nvlinks[2].links = 11;
         let err = assign_links(&node, Path::new("/x/node.json")).unwrap_err().to_string();
         assert!(err.starts_with("/x/node.json: field `nvlinks[2].links`: GPU 0 would have 19"), "{err}");
+    }
+
+    #[test]
+    fn description_and_nvml_agree_on_the_link_limit() {
+        // NodeDescription::validate rejects what assign_links would; both must use NVML's limit.
+        assert_eq!(MAX_LINKS, nvinject_simnode::description::MAX_NVLINKS_PER_GPU as usize);
     }
 
     #[test]

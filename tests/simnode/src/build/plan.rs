@@ -240,7 +240,6 @@ fn sh_quote(path: &Path) -> String {
 
 fn env_file(input: &PlanInput<'_>) -> String {
     let l = input.layout;
-    let q = |p: &Path| sh_quote(p);
     format!(
         "# Simulated GPU node `{name}`, made by `nvinject-simnode build`.\n\
          # Use: . {env}\n\
@@ -255,13 +254,13 @@ fn env_file(input: &PlanInput<'_>) -> String {
          export PATH\n",
         name = input.node.name,
         env = l.env_file().display(),
-        node = q(&l.node_file()),
-        driver = q(&l.driver_root),
-        dev = q(&l.dev_root),
-        proc_ = q(&l.proc_root),
-        sys = q(&l.sys_root),
-        lib = q(&l.lib_dir(input.machine)),
-        bin = q(&l.bin_dir()),
+        node = sh_quote(&l.node_file()),
+        driver = sh_quote(&l.driver_root),
+        dev = sh_quote(&l.dev_root),
+        proc_ = sh_quote(&l.proc_root),
+        sys = sh_quote(&l.sys_root),
+        lib = sh_quote(&l.lib_dir(input.machine)),
+        bin = sh_quote(&l.bin_dir()),
     )
 }
 
@@ -269,7 +268,7 @@ fn env_file(input: &PlanInput<'_>) -> String {
 mod tests {
     use super::*;
 
-    fn planned(preset: &str) -> (Layout, Vec<Entry>) {
+    fn planned(preset: &str) -> Vec<Entry> {
         let layout = Layout::new(Path::new("/sim"));
         let mut node = crate::presets::preset(preset).unwrap();
         node.dev_root = Some(layout.dev_root.clone());
@@ -283,8 +282,7 @@ mod tests {
             nvml_image: &nvml,
             smi_bin: Path::new("/target/nvidia-smi"),
         };
-        let entries = plan(&input);
-        (layout, entries)
+        plan(&input)
     }
 
     fn find<'a>(entries: &'a [Entry], path: &str) -> &'a Entry {
@@ -296,8 +294,8 @@ mod tests {
 
     #[test]
     fn plan_is_deterministic_and_paths_are_unique() {
-        let (_, a) = planned("a100-mig");
-        let (_, b) = planned("a100-mig");
+        let a = planned("a100-mig");
+        let b = planned("a100-mig");
         assert_eq!(a, b);
         let mut paths: Vec<_> = a.iter().map(Entry::path).collect();
         paths.sort();
@@ -308,7 +306,7 @@ mod tests {
 
     #[test]
     fn default_layout() {
-        let (_, e) = planned("h100x8");
+        let e = planned("h100x8");
         let lib = "/sim/driver/usr/lib/x86_64-linux-gnu";
         assert!(matches!(find(&e, &format!("{lib}/libcuda.so.550.54.15")), Entry::File { mode: 0o644, .. }));
         assert_eq!(
@@ -346,7 +344,7 @@ mod tests {
 
     #[test]
     fn nvml_carries_the_description() {
-        let (_, e) = planned("single");
+        let e = planned("single");
         let Entry::File { bytes, .. } =
             find(&e, "/sim/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15")
         else {
@@ -360,7 +358,7 @@ mod tests {
 
     #[test]
     fn mig_caps_match_the_proc_files() {
-        let (_, e) = planned("a100-mig");
+        let e = planned("a100-mig");
         let Entry::File { bytes, .. } =
             find(&e, "/sim/host/proc/driver/nvidia/capabilities/gpu1/mig/gi7/ci0/access")
         else {
@@ -380,7 +378,7 @@ mod tests {
 
     #[test]
     fn env_file_quotes_paths() {
-        let (_, e) = planned("single");
+        let e = planned("single");
         let Entry::File { bytes, .. } = find(&e, "/sim/env") else { panic!() };
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.contains("export NVINJECT_SIM_NODE='/sim/node.json'\n"), "{text}");

@@ -24,9 +24,20 @@ use super::{
 use crate::node::{Node, Object};
 use crate::state;
 
+/// A whole-GPU handle; MIG management calls answer a MIG device handle with
+/// `NVML_ERROR_INVALID_ARGUMENT`.
+fn parent_gpu(device: nvmlDevice_t) -> Result<(Arc<Node>, usize), Ret> {
+    gpu(device).map_err(|e| if e == NOT_SUPPORTED { INVALID_ARGUMENT } else { e })
+}
+
+/// Whether the description turns MIG mode on for visible GPU `g`.
+fn mig_on(node: &Node, g: usize) -> bool {
+    node.gpu_desc(g).mig.as_ref().is_some_and(|m| m.enabled)
+}
+
 /// A GPU handle whose model has a MIG table.
 fn mig_gpu(device: nvmlDevice_t) -> Result<(Arc<Node>, usize, &'static MigModel), Ret> {
-    let (node, g) = gpu(device).map_err(|e| if e == NOT_SUPPORTED { INVALID_ARGUMENT } else { e })?;
+    let (node, g) = parent_gpu(device)?;
     if node.gpu_desc(g).mig.is_none() {
         return Err(NOT_SUPPORTED);
     }
@@ -37,10 +48,51 @@ fn mig_gpu(device: nvmlDevice_t) -> Result<(Arc<Node>, usize, &'static MigModel)
 /// Like [`mig_gpu`], and MIG mode is on.
 fn mig_enabled_gpu(device: nvmlDevice_t) -> Result<(Arc<Node>, usize, &'static MigModel), Ret> {
     let (node, g, model) = mig_gpu(device)?;
-    if !node.gpu_desc(g).mig.as_ref().is_some_and(|m| m.enabled) {
+    if !mig_on(&node, g) {
         return Err(NOT_SUPPORTED);
     }
     Ok((node, g, model))
+}
+
+/// An `nvmlGpuInstanceProfileInfo*_t` of any version, filled from a [`GpuInstanceProfile`]: the
+/// fields every version shares, then the version's own fields given in braces.
+macro_rules! gpu_instance_profile_info {
+    ($info:ident, $profile:expr, { $($own:tt)* }) => {{
+        let p: &GpuInstanceProfile = $profile;
+        $info {
+            id: p.id,
+            sliceCount: p.slices,
+            instanceCount: p.instance_count,
+            multiprocessorCount: p.multiprocessors,
+            copyEngineCount: p.copy_engines,
+            decoderCount: p.decoders,
+            encoderCount: p.encoders,
+            jpegCount: p.jpegs,
+            ofaCount: p.ofas,
+            memorySizeMB: p.memory_mib,
+            $($own)*
+        }
+    }};
+}
+
+/// An `nvmlComputeInstanceProfileInfo*_t` of any version, filled from a compute profile and the
+/// [`GpuInstanceProfile`] whose engines it shares, then the version's own fields given in braces.
+macro_rules! compute_instance_profile_info {
+    ($info:ident, $compute:expr, $gpu_instance:expr, { $($own:tt)* }) => {{
+        let (cp, gp): (&ComputeInstanceProfile, &GpuInstanceProfile) = ($compute, $gpu_instance);
+        $info {
+            id: cp.index,
+            sliceCount: cp.slices,
+            instanceCount: cp.instance_count,
+            multiprocessorCount: cp.multiprocessors,
+            sharedCopyEngineCount: gp.copy_engines,
+            sharedDecoderCount: gp.decoders,
+            sharedEncoderCount: gp.encoders,
+            sharedJpegCount: gp.jpegs,
+            sharedOfaCount: gp.ofas,
+            $($own)*
+        }
+    }};
 }
 
 fn resolve_gi(handle: nvmlGpuInstance_t) -> Result<(Arc<Node>, usize, usize), Ret> {
@@ -90,13 +142,7 @@ unsafe extern "C" fn nvmlDeviceGetMigMode(
 unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) -> Ret {
     guard(|| {
         let (node, g) = gpu(device)?;
-        let enabled = node.gpu_desc(g).mig.as_ref().is_some_and(|m| m.enabled);
-        let visible = node.gpus[g].mig_devices.len() as c_uint;
-        let max = match (enabled, node.gpus[g].model) {
-            (false, _) => 0,
-            (true, Some(model)) => model.max_mig_devices.max(visible),
-            (true, None) => visible,
-        };
+        let max = if mig_on(&node, g) { node.gpus[g].mig_device_slots() as c_uint } else { 0 };
         // SAFETY: out-pointer contract.
         unsafe { put(count, max) }
     })
@@ -114,18 +160,15 @@ unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     mig_device: *mut nvmlDevice_t,
 ) -> Ret {
     guard(|| {
-        let (node, g) = gpu(device).map_err(|e| if e == NOT_SUPPORTED { INVALID_ARGUMENT } else { e })?;
-        if !node.gpu_desc(g).mig.as_ref().is_some_and(|m| m.enabled) {
+        let (node, g) = parent_gpu(device)?;
+        if !mig_on(&node, g) {
             return Err(NOT_SUPPORTED);
         }
         let mig_device = non_null(mig_device)?;
-        let devices = &node.gpus[g].mig_devices;
-        let max =
-            node.gpus[g].model.map_or(devices.len(), |m| (m.max_mig_devices as usize).max(devices.len()));
-        match devices.get(index as usize) {
+        match node.gpus[g].mig_devices.get(index as usize) {
             // SAFETY: out-pointer contract.
             Some(m) => unsafe { put(mig_device, m.handle as nvmlDevice_t) },
-            None if (index as usize) < max => Err(NOT_FOUND),
+            None if (index as usize) < node.gpus[g].mig_device_slots() => Err(NOT_FOUND),
             None => Err(INVALID_ARGUMENT),
         }
     })
@@ -264,19 +307,7 @@ unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
     guard(|| {
         let (_, _, model) = mig_gpu(device)?;
         let p = profile_at(model, profile)?;
-        let value = nvmlGpuInstanceProfileInfo_t {
-            id: p.id,
-            isP2pSupported: 0,
-            sliceCount: p.slices,
-            instanceCount: p.instance_count,
-            multiprocessorCount: p.multiprocessors,
-            copyEngineCount: p.copy_engines,
-            decoderCount: p.decoders,
-            encoderCount: p.encoders,
-            jpegCount: p.jpegs,
-            ofaCount: p.ofas,
-            memorySizeMB: p.memory_mib,
-        };
+        let value = gpu_instance_profile_info!(nvmlGpuInstanceProfileInfo_t, p, { isP2pSupported: 0 });
         // SAFETY: out-pointer contract.
         unsafe { put(info, value) }
     })
@@ -302,39 +333,19 @@ unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
         let mut name = unsafe { std::mem::zeroed::<nvmlGpuInstanceProfileInfo_v2_t>() }.name;
         fill(&mut name, &format!("MIG {}", p.name));
         if version == struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2) {
-            let value = nvmlGpuInstanceProfileInfo_v2_t {
+            let value = gpu_instance_profile_info!(nvmlGpuInstanceProfileInfo_v2_t, p, {
                 version,
-                id: p.id,
                 isP2pSupported: 0,
-                sliceCount: p.slices,
-                instanceCount: p.instance_count,
-                multiprocessorCount: p.multiprocessors,
-                copyEngineCount: p.copy_engines,
-                decoderCount: p.decoders,
-                encoderCount: p.encoders,
-                jpegCount: p.jpegs,
-                ofaCount: p.ofas,
-                memorySizeMB: p.memory_mib,
                 name,
-            };
+            });
             // SAFETY: the caller declared a v2 struct.
             unsafe { put(info, value) }
         } else if version == struct_version::<nvmlGpuInstanceProfileInfo_v3_t>(3) {
-            let value = nvmlGpuInstanceProfileInfo_v3_t {
+            let value = gpu_instance_profile_info!(nvmlGpuInstanceProfileInfo_v3_t, p, {
                 version,
-                id: p.id,
-                sliceCount: p.slices,
-                instanceCount: p.instance_count,
-                multiprocessorCount: p.multiprocessors,
-                copyEngineCount: p.copy_engines,
-                decoderCount: p.decoders,
-                encoderCount: p.encoders,
-                jpegCount: p.jpegs,
-                ofaCount: p.ofas,
-                memorySizeMB: p.memory_mib,
                 name,
                 capabilities: 0,
-            };
+            });
             // SAFETY: the caller declared a v3 struct.
             unsafe { put(info.cast::<nvmlGpuInstanceProfileInfo_v3_t>(), value) }
         } else {
@@ -553,17 +564,7 @@ unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
         let (node, g, gi) = resolve_gi(gpu_instance)?;
         let cp = compute_profile_at(&node, g, gi, profile, eng_profile)?;
         let gp = node.gpus[g].instances[gi].profile;
-        let value = nvmlComputeInstanceProfileInfo_t {
-            id: cp.index,
-            sliceCount: cp.slices,
-            instanceCount: cp.instance_count,
-            multiprocessorCount: cp.multiprocessors,
-            sharedCopyEngineCount: gp.copy_engines,
-            sharedDecoderCount: gp.decoders,
-            sharedEncoderCount: gp.encoders,
-            sharedJpegCount: gp.jpegs,
-            sharedOfaCount: gp.ofas,
-        };
+        let value = compute_instance_profile_info!(nvmlComputeInstanceProfileInfo_t, &cp, gp, {});
         // SAFETY: out-pointer contract.
         unsafe { put(info, value) }
     })
@@ -591,36 +592,15 @@ unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         let mut name = unsafe { std::mem::zeroed::<nvmlComputeInstanceProfileInfo_v2_t>() }.name;
         fill(&mut name, &format!("MIG {}", cp.name));
         if version == struct_version::<nvmlComputeInstanceProfileInfo_v2_t>(2) {
-            let value = nvmlComputeInstanceProfileInfo_v2_t {
-                version,
-                id: cp.index,
-                sliceCount: cp.slices,
-                instanceCount: cp.instance_count,
-                multiprocessorCount: cp.multiprocessors,
-                sharedCopyEngineCount: gp.copy_engines,
-                sharedDecoderCount: gp.decoders,
-                sharedEncoderCount: gp.encoders,
-                sharedJpegCount: gp.jpegs,
-                sharedOfaCount: gp.ofas,
-                name,
-            };
+            let value = compute_instance_profile_info!(nvmlComputeInstanceProfileInfo_v2_t, &cp, gp, { version, name });
             // SAFETY: the caller declared a v2 struct.
             unsafe { put(info, value) }
         } else if version == struct_version::<nvmlComputeInstanceProfileInfo_v3_t>(3) {
-            let value = nvmlComputeInstanceProfileInfo_v3_t {
+            let value = compute_instance_profile_info!(nvmlComputeInstanceProfileInfo_v3_t, &cp, gp, {
                 version,
-                id: cp.index,
-                sliceCount: cp.slices,
-                instanceCount: cp.instance_count,
-                multiprocessorCount: cp.multiprocessors,
-                sharedCopyEngineCount: gp.copy_engines,
-                sharedDecoderCount: gp.decoders,
-                sharedEncoderCount: gp.encoders,
-                sharedJpegCount: gp.jpegs,
-                sharedOfaCount: gp.ofas,
                 name,
                 capabilities: 0,
-            };
+            });
             // SAFETY: the caller declared a v3 struct.
             unsafe { put(info.cast::<nvmlComputeInstanceProfileInfo_v3_t>(), value) }
         } else {
