@@ -237,6 +237,27 @@ fn check_mig(nvml: &Nvml, at: &str, gpu: &GpuDescription, dev: &nvml_wrapper::De
                 assert_eq!((cinfo.id, cinfo.gpuInstance, cinfo.device), (ci.id, gi_handle, handle));
                 let cp = model.compute_profiles(profile).into_iter().find(|c| c.name == ci.profile).unwrap();
                 assert_eq!(cinfo.profileId, cp.index, "{at} CI {}/{}", gi.id, ci.id);
+                let mut cpi: sys::nvmlComputeInstanceProfileInfo_t = std::mem::zeroed();
+                assert_eq!(
+                    lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, cp.index, 0, &mut cpi),
+                    0
+                );
+                assert_eq!(
+                    (cpi.id, cpi.sliceCount, cpi.sharedCopyEngineCount),
+                    (cp.index, cp.slices, profile.copy_engines),
+                    "{at} CI {}/{} profile info",
+                    gi.id,
+                    ci.id
+                );
+                let mut cv2: sys::nvmlComputeInstanceProfileInfo_v2_t = std::mem::zeroed();
+                cv2.version =
+                    std::mem::size_of::<sys::nvmlComputeInstanceProfileInfo_v2_t>() as u32 | 2 << 24;
+                assert_eq!(
+                    lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi_handle, cp.index, 0, &mut cv2),
+                    0
+                );
+                let cname = CStr::from_ptr(cv2.name.as_ptr()).to_str().unwrap();
+                assert_eq!((cv2.id, cname), (cp.index, format!("MIG {}", cp.name).as_str()));
             }
             let missing = (0..15).find(|id| desc.gpu_instances.iter().all(|g| g.id != *id)).unwrap();
             let mut none = std::ptr::null_mut();
