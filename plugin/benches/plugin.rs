@@ -15,39 +15,21 @@ mod h2wire;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Kubelet, Node, Plugin, kubelet_dir, plugin_args};
-use h2wire::{DATA, END_HEADERS, END_STREAM, HEADERS, Name, RawClient, Rep, encode, frame, grpc_message};
+use h2wire::{
+    DATA, END_HEADERS, END_STREAM, HEADERS, RawClient, frame, grpc_go_first_block, grpc_go_next_block,
+    grpc_message,
+};
 use nvinject_device_plugin::api;
 use nvinject_device_plugin::authority::AuthorityRewriter;
 use nvinject_simnode::events::{XidEvent, inject};
 use prost::Message;
 use serde_json::json;
 
-/// A request header block as grpc-go sends its first one on a connection (fields enter the
-/// dynamic table, the authority Huffman-coded).
-fn first_block(path: &str, authority: &str) -> Vec<u8> {
-    encode(&[
-        Rep::Indexed(3),
-        Rep::Indexed(6),
-        Rep::Incremental(Name::Index(4), path, false),
-        Rep::Incremental(Name::Index(1), authority, true),
-        Rep::Incremental(Name::Index(31), "application/grpc", false),
-        Rep::Incremental(Name::Index(58), "grpc-go/1.27.1", false),
-        Rep::Incremental(Name::Literal("te"), "trailers", false),
-    ])
-}
-
-/// The following requests: everything but the path (Huffman-coded, as h2 sends it) by dynamic
-/// table index.
-fn next_block(path: &str) -> Vec<u8> {
-    encode(&[
-        Rep::Indexed(3),
-        Rep::Indexed(6),
-        Rep::Without(Name::Index(4), path, true),
-        Rep::Indexed(65),
-        Rep::Indexed(64),
-        Rep::Indexed(63),
-        Rep::Indexed(62),
-    ])
+/// The header block of request `i` on a connection, as grpc-go sends it: the first adds its
+/// fields to the dynamic table (the authority Huffman-coded), the following refer to them by
+/// index, with the path Huffman-coded, as h2 sends it.
+fn request_block(i: u32, path: &str, authority: &str) -> Vec<u8> {
+    if i == 0 { grpc_go_first_block(path, authority, true) } else { grpc_go_next_block(path, true) }
 }
 
 /// Sequential Allocates with the socket path as authority, on one connection: sorted latencies.
@@ -63,7 +45,7 @@ fn old_kubelet_allocates(socket: &std::path::Path, uuid: &str, count: u32) -> Ve
     let mut ms = Vec::new();
     for i in 0..count {
         let stream = 2 * i + 1;
-        let block = if i == 0 { first_block(path, socket.to_str().unwrap()) } else { next_block(path) };
+        let block = request_block(i, path, socket.to_str().unwrap());
         let t = Instant::now();
         c.request(stream, &block, &body);
         let seen = c.wait(stream, Duration::from_secs(10), |s| s.ended || s.reset.is_some());
@@ -80,7 +62,7 @@ fn rewriter_ns_per_request(authority: &str, count: u32) -> f64 {
     let path = "/v1beta1.DevicePlugin/Allocate";
     let mut input = h2wire::PREFACE.to_vec();
     for i in 0..count {
-        let block = if i == 0 { first_block(path, authority) } else { next_block(path) };
+        let block = request_block(i, path, authority);
         input.extend(frame(HEADERS, END_HEADERS, 2 * i + 1, &block));
         input.extend(frame(DATA, END_STREAM, 2 * i + 1, &grpc_message(&[0x0a, 0x2a, 0x0a, 0x28])));
     }

@@ -58,7 +58,7 @@ pub struct ContainerAllocation {
 }
 
 /// Checks a container request and returns the distinct targets it asks for, in request order.
-pub fn resolve_request<'r>(
+fn resolve_request<'r>(
     resource: &'r Resource,
     container: usize,
     ids: &[String],
@@ -67,7 +67,14 @@ pub fn resolve_request<'r>(
     if ids.is_empty() {
         return Err(RequestError::NoDevices { resource: name(), container });
     }
-    let unknown: Vec<String> = ids.iter().filter(|id| resource.device(id).is_none()).cloned().collect();
+    let mut devices = Vec::with_capacity(ids.len());
+    let mut unknown: Vec<String> = Vec::new();
+    for id in ids {
+        match resource.device(id) {
+            Some(d) => devices.push(d),
+            None => unknown.push(id.clone()),
+        }
+    }
     if !unknown.is_empty() {
         return Err(RequestError::UnknownDevices { resource: name(), ids: unknown });
     }
@@ -82,9 +89,9 @@ pub fn resolve_request<'r>(
     {
         return Err(RequestError::TooManyReplicas { resource: name(), requested: ids.len() });
     }
-    let mut out: Vec<&Target> = Vec::with_capacity(ids.len());
-    for id in ids {
-        let t = resource.target_of(resource.device(id).expect("checked above"));
+    let mut out: Vec<&Target> = Vec::with_capacity(devices.len());
+    for d in devices {
+        let t = resource.target_of(d);
         if !out.iter().any(|o| o.uuid == t.uuid) {
             out.push(t);
         }
@@ -122,7 +129,7 @@ pub fn allocate(
             DeviceIdStrategy::Index => t.index_name.as_str(),
         })
         .collect();
-    let cdi_names: Vec<String> = targets.iter().map(|t| t.cdi_name.clone()).collect();
+    let cdi_names: Vec<&str> = targets.iter().map(|t| t.cdi_name.as_str()).collect();
 
     let mut out = ContainerAllocation::default();
     let strategies = &settings.device_list_strategies;
@@ -143,7 +150,7 @@ pub fn allocate(
                 out.annotations
                     .insert(annotation_key(&settings.cdi_annotation_prefix, ids), cdi_names.join(","));
             }
-            DeviceListStrategy::CdiCri => out.cdi_devices.extend(cdi_names.iter().cloned()),
+            DeviceListStrategy::CdiCri => out.cdi_devices.extend(cdi_names.iter().map(|n| n.to_string())),
         }
     }
     if !strategies.iter().any(|s| matches!(s, DeviceListStrategy::Envvar | DeviceListStrategy::VolumeMounts))
@@ -180,8 +187,8 @@ fn host_path(dev_root: &Path, container_path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ReplicaPolicy, ReplicatedResource, ResourceName, TimeSlicing};
-    use crate::resources::tests::{gpu, inventory, mig_node, settings};
+    use crate::config::ReplicaPolicy;
+    use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, plan};
 
     const G0: &str = "GPU-00000000-0000-0000-0000-000000000000";
@@ -283,16 +290,7 @@ mod tests {
     #[test]
     fn replicas_map_to_their_gpu() {
         let mut s = settings();
-        let shared = ResourceName::parse("gpu.shared").unwrap();
-        s.time_slicing = Some(TimeSlicing {
-            fail_requests_greater_than_one: false,
-            policy: ReplicaPolicy::Distributed,
-            resources: vec![ReplicatedResource {
-                name: ResourceName::parse("gpu").unwrap(),
-                advertised_as: shared,
-                replicas: 4,
-            }],
-        });
+        s.time_slicing = gpu_time_slicing("gpu.shared", 4, ReplicaPolicy::Distributed);
         let r = two_gpus(&s);
         let req = ids(&[&format!("{G1}::3"), &format!("{G1}::0"), &format!("{G0}::1")]);
         let a = allocate(&r, &s, &[], 0, &req).unwrap();

@@ -596,24 +596,16 @@ mod h2wire;
 mod tests {
     use super::h2wire::{
         CONTINUATION, DATA, END_HEADERS, END_STREAM, Frame, HEADERS, Name, PADDED, PREFACE, PRIORITY, Rep,
-        SETTINGS, WINDOW_UPDATE, encode, frame, frames, huffman, server_view, try_server_view,
+        SETTINGS, WINDOW_UPDATE, encode, frame, frames, grpc_go_first_block, huffman, server_view,
+        try_server_view,
     };
     use super::*;
 
     const SOCKET: &str = "/var/lib/kubelet/device-plugins/nvinject-gpu.sock";
 
-    /// A request header block as grpc-go (kubelet 1.20) encodes its first one on a connection:
-    /// known names by static index, new fields added to the dynamic table, Huffman when shorter.
+    /// grpc-go's first request on a connection: ListAndWatch.
     fn first_request(authority: &str, huff: bool) -> Vec<u8> {
-        encode(&[
-            Rep::Indexed(3), // :method POST
-            Rep::Indexed(6), // :scheme http
-            Rep::Incremental(Name::Index(4), "/v1beta1.DevicePlugin/ListAndWatch", false),
-            Rep::Incremental(Name::Index(1), authority, huff),
-            Rep::Incremental(Name::Index(31), "application/grpc", false),
-            Rep::Incremental(Name::Index(58), "grpc-go/1.27.1", false),
-            Rep::Incremental(Name::Literal("te"), "trailers", false),
-        ])
+        grpc_go_first_block("/v1beta1.DevicePlugin/ListAndWatch", authority, huff)
     }
 
     fn list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

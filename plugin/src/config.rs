@@ -78,18 +78,6 @@ pub enum DeviceListStrategy {
     CdiCri,
 }
 
-impl DeviceListStrategy {
-    /// The spelling used in flags and files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeviceListStrategy::Envvar => "envvar",
-            DeviceListStrategy::VolumeMounts => "volume-mounts",
-            DeviceListStrategy::CdiAnnotations => "cdi-annotations",
-            DeviceListStrategy::CdiCri => "cdi-cri",
-        }
-    }
-}
-
 impl FromStr for DeviceListStrategy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -946,7 +934,7 @@ fn resolve_health(h: &FileHealth, over: &Overrides, origin: &str) -> Result<Heal
 
 /// `DP_DISABLE_HEALTHCHECKS` as NVIDIA's plugin reads it: `all` or `xids` turn XID checks off;
 /// otherwise a comma-separated list of extra XIDs to ignore. Garbage is refused, not skipped.
-pub fn apply_disable_healthchecks(policy: &mut HealthPolicy, value: &str) -> Result<(), ConfigError> {
+fn apply_disable_healthchecks(policy: &mut HealthPolicy, value: &str) -> Result<(), ConfigError> {
     let v = value.trim().to_ascii_lowercase();
     if v.is_empty() {
         return Ok(());

@@ -105,11 +105,6 @@ impl HealthTracker {
         HealthTracker { policy, states }
     }
 
-    /// The policy in force.
-    pub fn policy(&self) -> &HealthPolicy {
-        &self.policy
-    }
-
     /// Distinct GPU UUIDs of the tracked devices, in first-seen order.
     pub fn gpus(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use nvinject_gpu::{Gpu, Inventory};
+use nvinject_gpu::Inventory;
 
 use crate::config::{MigStrategy, Settings};
 use crate::resources::{Plan, Resource};
@@ -51,35 +51,33 @@ pub fn node_labels(inv: &Inventory, plan: &Plan, settings: &Settings) -> BTreeMa
     put("gpu.compute.minor", first.compute_capability.minor.to_string());
 
     for r in &plan.resources {
-        let gpu_of = |r: &Resource| inv.gpu(r.targets[0].gpu_index).unwrap_or(first);
+        let g = inv.gpu(r.targets[0].gpu_index).unwrap_or(first);
         let replicas = r.sharing.as_ref().map_or(1, |s| s.replicas);
         // A resource advertised under its own name while shared gets the `-SHARED` product
         // suffix, as NVIDIA's GFD does, so workloads can tell a time-sliced GPU from a whole one.
         let suffix = if r.sharing.is_some() && !r.name.short().ends_with(".shared") { "-SHARED" } else { "" };
-        let mig = r.targets[0].mig.as_ref();
         let count = r.targets.len().to_string();
-        match mig {
+        match &r.targets[0].mig {
             None => {
-                let g = gpu_of(r);
-                put(&format!("{}.product", base(r)), format!("{}{suffix}", g.name));
-                put(&format!("{}.count", base(r)), count);
-                put(&format!("{}.replicas", base(r)), replicas.to_string());
-                put(&format!("{}.memory", base(r)), (g.memory_bytes >> 20).to_string());
+                let key = base(r);
+                put(&format!("{key}.product"), format!("{}{suffix}", g.name));
+                put(&format!("{key}.count"), count);
+                put(&format!("{key}.replicas"), replicas.to_string());
+                put(&format!("{key}.memory"), (g.memory_bytes >> 20).to_string());
             }
             Some(m) => {
-                let g = gpu_of(r);
-                let (gi, ci, mem) = mig_shape(g, &m.profile);
+                let p = &m.profile;
                 let key = if settings.mig_strategy == MigStrategy::Single {
-                    put("gpu.product", format!("{}-MIG-{}{suffix}", g.name, m.profile));
+                    put("gpu.product", format!("{}-MIG-{}{suffix}", g.name, p.name()));
                     "gpu".to_owned()
                 } else {
                     base(r)
                 };
                 put(&format!("{key}.count"), count);
                 put(&format!("{key}.replicas"), replicas.to_string());
-                put(&format!("{key}.memory"), mem.to_string());
-                put(&format!("{key}.slices.gi"), gi.to_string());
-                put(&format!("{key}.slices.ci"), ci.to_string());
+                put(&format!("{key}.memory"), (p.memory_bytes >> 20).to_string());
+                put(&format!("{key}.slices.gi"), p.gpu_slices.to_string());
+                put(&format!("{key}.slices.ci"), p.compute_slices.to_string());
             }
         }
     }
@@ -91,15 +89,6 @@ fn base(r: &Resource) -> String {
     r.name.short().trim_end_matches(".shared").to_owned()
 }
 
-/// Slices and memory (MiB) of a MIG profile, from the first MIG device on `g` that has it.
-fn mig_shape(g: &Gpu, profile: &str) -> (u32, u32, u64) {
-    g.mig_devices
-        .iter()
-        .find(|m| m.profile.name() == profile)
-        .map(|m| (m.profile.gpu_slices, m.profile.compute_slices, m.profile.memory_bytes >> 20))
-        .unwrap_or((0, 0, 0))
-}
-
 /// The features-file text: sorted `key=value` lines.
 pub fn render(labels: &BTreeMap<String, String>) -> String {
     labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
@@ -108,8 +97,8 @@ pub fn render(labels: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ReplicaPolicy, ReplicatedResource, ResourceName, TimeSlicing};
-    use crate::resources::tests::{gpu, inventory, mig_node, settings};
+    use crate::config::ReplicaPolicy;
+    use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, plan};
 
     #[test]
@@ -133,15 +122,7 @@ mod tests {
         let text = render(&l);
         assert!(text.lines().all(|line| line.starts_with("nvidia.com/") && line.contains('=')));
 
-        s.time_slicing = Some(TimeSlicing {
-            fail_requests_greater_than_one: false,
-            policy: ReplicaPolicy::Distributed,
-            resources: vec![ReplicatedResource {
-                name: ResourceName::parse("gpu").unwrap(),
-                advertised_as: ResourceName::parse("gpu").unwrap(),
-                replicas: 4,
-            }],
-        });
+        s.time_slicing = gpu_time_slicing("gpu", 4, ReplicaPolicy::Distributed);
         let p = plan(&inv, &s, &HostFacts::default()).unwrap();
         let l = node_labels(&inv, &p, &s);
         assert_eq!(get(&l, "gpu.product"), "NVIDIA-A100-SXM4-80GB-SHARED");

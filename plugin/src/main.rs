@@ -202,7 +202,7 @@ fn nvml_library(settings: &Settings) -> Option<PathBuf> {
     }
     ["usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib"]
         .iter()
-        .map(|d| settings.driver_root.join(d).join("libnvidia-ml.so.1"))
+        .map(|d| settings.driver_root.join(d).join(nvinject_gpu::nvml::DEFAULT_LIBRARY))
         .find(|p| p.exists())
 }
 
@@ -357,15 +357,17 @@ async fn serve(settings: Settings, nvml: nvml_wrapper::Nvml, plan: Plan, poll: G
         tracing::warn!("no devices to advertise; waiting until stopped");
     }
 
+    let control_nodes = Arc::new(plan.control_nodes);
+    let topology = Arc::new(plan.topology);
     let contexts: Vec<Arc<ResourceContext>> = plan
         .resources
-        .iter()
-        .map(|r| {
+        .into_iter()
+        .map(|resource| {
             Arc::new(ResourceContext {
-                resource: r.clone(),
+                resource,
                 settings: settings.clone(),
-                control_nodes: Arc::new(plan.control_nodes.clone()),
-                topology: Arc::new(plan.topology.clone()),
+                control_nodes: control_nodes.clone(),
+                topology: topology.clone(),
                 metrics: metrics.clone(),
             })
         })

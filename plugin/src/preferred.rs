@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::ReplicaPolicy;
 use crate::error::RequestError;
-use crate::resources::{AdvertisedDevice, Resource, Topology};
+use crate::resources::{AdvertisedDevice, Resource, Sharing, Topology};
 
 /// Above this many candidate sets the whole-GPU search goes greedy.
 const EXHAUSTIVE_LIMIT: u64 = 50_000;
@@ -65,7 +65,7 @@ pub fn preferred(
     let must_devs: Vec<&AdvertisedDevice> = must.iter().map(|id| dev(id)).collect();
 
     let mut chosen: Vec<&AdvertisedDevice> = if let Some(s) = &resource.sharing {
-        replicas(resource, &avail_devs, &must_devs, size, s.policy)
+        replicas(resource, &avail_devs, &must_devs, size, s)
     } else if resource.targets.iter().any(|t| t.mig.is_some()) {
         mig_packed(resource, &avail_devs, &must_devs, size)
     } else {
@@ -163,9 +163,9 @@ fn replicas<'a>(
     avail: &[&'a AdvertisedDevice],
     must: &[&'a AdvertisedDevice],
     size: usize,
-    policy: ReplicaPolicy,
+    sharing: &Sharing,
 ) -> Vec<&'a AdvertisedDevice> {
-    let replicas_per_target = resource.sharing.as_ref().map_or(1, |s| s.replicas as usize);
+    let replicas_per_target = sharing.replicas as usize;
     // Replicas of each target that are free and not yet chosen, lowest replica number first.
     let mut free: BTreeMap<usize, Vec<&AdvertisedDevice>> = BTreeMap::new();
     for d in avail {
@@ -195,7 +195,7 @@ fn replicas<'a>(
             .map(|(t, _)| *t)
             .min_by_key(|t| {
                 let used = in_use[t];
-                match policy {
+                match sharing.policy {
                     ReplicaPolicy::Distributed => (used as i64, gpu(*t)),
                     ReplicaPolicy::Packed => (-(used as i64), gpu(*t)),
                 }
@@ -241,8 +241,8 @@ fn next_combination(c: &mut [usize], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{MigStrategy, ReplicatedResource, ResourceName, TimeSlicing};
-    use crate::resources::tests::{gpu, inventory, mig_node, settings};
+    use crate::config::MigStrategy;
+    use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, Plan, plan};
 
     fn uuid(i: u32) -> String {
@@ -324,15 +324,7 @@ mod tests {
 
     fn shared_plan(policy: ReplicaPolicy) -> Plan {
         let mut s = settings();
-        s.time_slicing = Some(TimeSlicing {
-            fail_requests_greater_than_one: false,
-            policy,
-            resources: vec![ReplicatedResource {
-                name: ResourceName::parse("gpu").unwrap(),
-                advertised_as: ResourceName::parse("gpu").unwrap(),
-                replicas: 4,
-            }],
-        });
+        s.time_slicing = gpu_time_slicing("gpu", 4, policy);
         let inv = inventory((0..3).map(|i| gpu(i, 0, &[])).collect(), &[]);
         plan(&inv, &s, &HostFacts::default()).unwrap()
     }

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use nvinject_gpu::{DeviceRef, Gpu, Inventory, NamingStrategy, TopologyLevel};
+use nvinject_gpu::{DeviceRef, Gpu, Inventory, MigProfile, NamingStrategy, TopologyLevel};
 
 use crate::config::{MigStrategy, ReplicaPolicy, ResourceName, Settings};
 use crate::devnodes::{self, MigMinors};
@@ -97,8 +97,8 @@ pub struct MigTarget {
     pub gpu_instance_id: u32,
     /// Compute instance id.
     pub compute_instance_id: u32,
-    /// Profile name, `1g.10gb`.
-    pub profile: String,
+    /// Profile (`1g.10gb`): names the resource, shapes the node labels.
+    pub profile: MigProfile,
 }
 
 /// One device as the kubelet sees it.
@@ -341,7 +341,6 @@ pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<P
     }
 
     let mut resources: Vec<Resource> = Vec::new();
-    let mut shared_names: Vec<ResourceName> = Vec::new();
     if let Some(ts) = &settings.time_slicing {
         for r in &ts.resources {
             match groups.remove(&r.name) {
@@ -355,7 +354,6 @@ pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<P
                         fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
                         policy: ts.policy,
                     };
-                    shared_names.push(r.advertised_as.clone());
                     resources.push(Resource::new(r.advertised_as.clone(), targets, Some(sharing)));
                 }
             }
@@ -393,7 +391,7 @@ fn target(d: DeviceRef<'_>, kind: &str, want_nodes: bool, facts: &HostFacts) -> 
             let mig = MigTarget {
                 gpu_instance_id: m.gpu_instance_id,
                 compute_instance_id: m.compute_instance_id,
-                profile: m.profile.name(),
+                profile: m.profile.clone(),
             };
             (Some(mig), nodes)
         }
@@ -501,6 +499,23 @@ pub(crate) mod tests {
         resolve(&Default::default(), "(none)", &Overrides::default(), &d).unwrap().settings
     }
 
+    /// Time-slicing of `nvidia.com/gpu`: `replicas` per GPU, advertised as `advertised_as`.
+    pub(crate) fn gpu_time_slicing(
+        advertised_as: &str,
+        replicas: u32,
+        policy: ReplicaPolicy,
+    ) -> Option<TimeSlicing> {
+        Some(TimeSlicing {
+            fail_requests_greater_than_one: false,
+            policy,
+            resources: vec![ReplicatedResource {
+                name: ResourceName::parse("gpu").unwrap(),
+                advertised_as: ResourceName::parse(advertised_as).unwrap(),
+                replicas,
+            }],
+        })
+    }
+
     pub(crate) fn mig_node() -> Inventory {
         inventory(
             vec![
@@ -585,15 +600,7 @@ pub(crate) mod tests {
     #[test]
     fn time_slicing_replicates_and_renames() {
         let mut s = settings();
-        s.time_slicing = Some(TimeSlicing {
-            fail_requests_greater_than_one: false,
-            policy: ReplicaPolicy::Distributed,
-            resources: vec![ReplicatedResource {
-                name: ResourceName::parse("gpu").unwrap(),
-                advertised_as: ResourceName::parse("gpu.shared").unwrap(),
-                replicas: 3,
-            }],
-        });
+        s.time_slicing = gpu_time_slicing("gpu.shared", 3, ReplicaPolicy::Distributed);
         let inv = inventory(vec![gpu(0, 0, &[]), gpu(1, 0, &[])], &[]);
         let p = plan(&inv, &s, &HostFacts::default()).unwrap();
         assert_eq!(names(&p), vec![("nvidia.com/gpu.shared".to_string(), 6)]);

@@ -81,11 +81,6 @@ impl<S> AuthorityFixStream<S> {
             resource,
         }
     }
-
-    /// Header blocks whose authority was replaced on this connection so far.
-    pub fn rewritten_blocks(&self) -> u64 {
-        self.rewriter.rewritten_blocks()
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFixStream<S> {

@@ -12,36 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Node, PATIENCE, Plugin, kubelet_dir, plugin_args};
-use h2wire::{Name, PROTOCOL_ERROR, RawClient, Rep, StreamSeen, encode, grpc_message, grpc_messages};
+use h2wire::{
+    PROTOCOL_ERROR, RawClient, StreamSeen, grpc_go_first_block, grpc_go_next_block, grpc_message,
+    grpc_messages,
+};
 use nvinject_device_plugin::api;
 use prost::Message;
-
-/// First request on a connection, as grpc-go encodes it: new fields enter the dynamic table, the
-/// authority Huffman-coded.
-fn first_block(method: &str, authority: &str) -> Vec<u8> {
-    encode(&[
-        Rep::Indexed(3), // :method POST
-        Rep::Indexed(6), // :scheme http
-        Rep::Incremental(Name::Index(4), method, false),
-        Rep::Incremental(Name::Index(1), authority, true),
-        Rep::Incremental(Name::Index(31), "application/grpc", false),
-        Rep::Incremental(Name::Index(58), "grpc-go/1.27.1", false),
-        Rep::Incremental(Name::Literal("te"), "trailers", false),
-    ])
-}
-
-/// Second request: the authority and the other repeated fields by dynamic table index.
-fn second_block(method: &str) -> Vec<u8> {
-    encode(&[
-        Rep::Indexed(3),
-        Rep::Indexed(6),
-        Rep::Without(Name::Index(4), method, false),
-        Rep::Indexed(65), // :authority (after :path, the oldest of the five entries still there)
-        Rep::Indexed(64), // content-type
-        Rep::Indexed(63), // user-agent
-        Rep::Indexed(62), // te
-    ])
-}
 
 fn wait_for_socket(path: &Path) {
     let deadline = Instant::now() + PATIENCE;
@@ -73,7 +49,11 @@ fn plugin_answers_a_kubelet_that_sends_its_socket_path_as_authority() {
     wait_for_socket(&socket);
 
     let mut c = RawClient::connect(&socket);
-    c.request(1, &first_block("/v1beta1.DevicePlugin/ListAndWatch", path_str(&socket)), &grpc_message(&[]));
+    c.request(
+        1,
+        &grpc_go_first_block("/v1beta1.DevicePlugin/ListAndWatch", path_str(&socket), true),
+        &grpc_message(&[]),
+    );
     let seen = c.wait(1, PATIENCE, |s| first_message(s).is_some() || s.reset.is_some());
     assert_eq!(seen.reset, None, "stream reset; plugin log:\n{}", plugin.stderr());
     assert_eq!(seen.header(":status"), Some("200"));
@@ -87,7 +67,11 @@ fn plugin_answers_a_kubelet_that_sends_its_socket_path_as_authority() {
     let request = api::AllocateRequest {
         container_requests: vec![api::ContainerAllocateRequest { devices_ids: vec![node.uuid(2)] }],
     };
-    c.request(3, &second_block("/v1beta1.DevicePlugin/Allocate"), &grpc_message(&request.encode_to_vec()));
+    c.request(
+        3,
+        &grpc_go_next_block("/v1beta1.DevicePlugin/Allocate", false),
+        &grpc_message(&request.encode_to_vec()),
+    );
     let seen = c.wait(3, PATIENCE, |s| s.ended || s.reset.is_some());
     assert_eq!(seen.reset, None);
     assert_eq!(seen.header("grpc-status"), Some("0"), "{seen:?}");
@@ -163,10 +147,18 @@ impl api::device_plugin_server::DevicePlugin for OneDevice {
 /// ListAndWatch then Allocate with the socket path as authority; what each stream got.
 fn old_kubelet_calls(socket: &Path) -> (StreamSeen, StreamSeen) {
     let mut c = RawClient::connect(socket);
-    c.request(1, &first_block("/v1beta1.DevicePlugin/ListAndWatch", path_str(socket)), &grpc_message(&[]));
+    c.request(
+        1,
+        &grpc_go_first_block("/v1beta1.DevicePlugin/ListAndWatch", path_str(socket), true),
+        &grpc_message(&[]),
+    );
     let first = c.wait(1, PATIENCE, |s| s.ended || s.reset.is_some());
     let request = api::AllocateRequest { container_requests: vec![api::ContainerAllocateRequest::default()] };
-    c.request(3, &second_block("/v1beta1.DevicePlugin/Allocate"), &grpc_message(&request.encode_to_vec()));
+    c.request(
+        3,
+        &grpc_go_next_block("/v1beta1.DevicePlugin/Allocate", false),
+        &grpc_message(&request.encode_to_vec()),
+    );
     let second = c.wait(3, PATIENCE, |s| s.ended || s.reset.is_some());
     (first, second)
 }

@@ -244,6 +244,50 @@ fn literal(out: &mut Vec<u8>, prefix: u8, flags: u8, name: Name, value: &str, hu
     string(out, value, huff);
 }
 
+/// A request header block as grpc-go (kubelet 1.20) encodes its first one on a connection: known
+/// names by static index, new fields added to the dynamic table (`:path`, `:authority`,
+/// `content-type`, `user-agent`, `te`, in that order), the authority Huffman-coded when `huff`.
+pub fn grpc_go_first_block(path: &str, authority: &str, huff: bool) -> Vec<u8> {
+    encode(&[
+        Rep::Indexed(3), // :method POST
+        Rep::Indexed(6), // :scheme http
+        Rep::Incremental(Name::Index(4), path, false),
+        Rep::Incremental(Name::Index(1), authority, huff),
+        Rep::Incremental(Name::Index(31), "application/grpc", false),
+        Rep::Incremental(Name::Index(58), "grpc-go/1.27.1", false),
+        Rep::Incremental(Name::Literal("te"), "trailers", false),
+    ])
+}
+
+/// A later request on the same connection: the path as a literal that does not enter the table
+/// (Huffman-coded when `huff`), the authority and the other repeated fields by dynamic table
+/// index.
+pub fn grpc_go_next_block(path: &str, huff: bool) -> Vec<u8> {
+    encode(&[
+        Rep::Indexed(3),
+        Rep::Indexed(6),
+        Rep::Without(Name::Index(4), path, huff),
+        Rep::Indexed(65), // :authority (after :path, the oldest of the five entries still there)
+        Rep::Indexed(64), // content-type
+        Rep::Indexed(63), // user-agent
+        Rep::Indexed(62), // te
+    ])
+}
+
+/// The header block fragment of a HEADERS or CONTINUATION frame's payload: a HEADERS frame's
+/// padding and priority fields removed.
+pub fn fragment(ty: u8, flags: u8, payload: &[u8]) -> &[u8] {
+    let mut p = payload;
+    if ty == HEADERS && flags & PADDED != 0 {
+        let pad = p[0] as usize;
+        p = &p[1..p.len() - pad];
+    }
+    if ty == HEADERS && flags & PRIORITY != 0 {
+        p = &p[5..];
+    }
+    p
+}
+
 /// The header lists h2 would decode from a connection's client bytes (preface optional): every
 /// header block decoded in order with one HPACK decoder, PADDED and PRIORITY fields removed.
 pub fn server_view(bytes: &[u8]) -> Vec<Vec<(String, String)>> {
@@ -256,21 +300,10 @@ pub fn try_server_view(bytes: &[u8]) -> Option<Vec<Vec<(String, String)>>> {
     let mut lists = Vec::new();
     let mut block = Vec::new();
     for f in frames(bytes) {
-        match f.ty {
-            HEADERS => {
-                let mut p = &f.payload[..];
-                if f.flags & PADDED != 0 {
-                    let pad = p[0] as usize;
-                    p = &p[1..p.len() - pad];
-                }
-                if f.flags & PRIORITY != 0 {
-                    p = &p[5..];
-                }
-                block.extend_from_slice(p);
-            }
-            CONTINUATION => block.extend_from_slice(&f.payload),
-            _ => continue,
+        if f.ty != HEADERS && f.ty != CONTINUATION {
+            continue;
         }
+        block.extend_from_slice(fragment(f.ty, f.flags, &f.payload));
         if f.flags & END_HEADERS != 0 {
             let list = decoder.decode(&block).ok()?;
             lists.push(
@@ -423,15 +456,7 @@ impl RawClient {
                     }
                 }
                 HEADERS | CONTINUATION => {
-                    let mut p = payload;
-                    if ty == HEADERS && flags & PADDED != 0 {
-                        let pad = p[0] as usize;
-                        p = &p[1..p.len() - pad];
-                    }
-                    if ty == HEADERS && flags & PRIORITY != 0 {
-                        p = &p[5..];
-                    }
-                    self.block.extend_from_slice(p);
+                    self.block.extend_from_slice(fragment(ty, flags, payload));
                     if ty == HEADERS && flags & END_STREAM != 0 {
                         self.streams.entry(id).or_default().ended = true;
                     }
