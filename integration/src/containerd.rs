@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::error::{HarnessError, Result, io};
 use crate::image::BuiltImage;
-use crate::mounts;
 use crate::process::{self, ProcessInfo};
+use crate::{mounts, namespace};
 
 /// How to start containerd.
 #[derive(Debug, Clone, Default)]
@@ -53,24 +53,30 @@ pub struct Containerd {
     child: Option<Child>,
 }
 
-/// What was left behind, for leak assertions.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Leftovers {
-    /// Processes whose command line names this instance's socket or directories.
-    pub processes: Vec<ProcessInfo>,
-    /// Mounts under this instance's directories.
-    pub mounts: Vec<PathBuf>,
-}
-
-impl Leftovers {
-    /// True when nothing is left.
-    pub fn is_empty(&self) -> bool {
-        self.processes.is_empty() && self.mounts.is_empty()
-    }
-}
-
-fn toml_str(s: &str) -> String {
+/// `s` as a TOML basic string (JSON's escaping is valid TOML).
+pub(crate) fn toml_str(s: &str) -> String {
     serde_json::to_string(s).expect("string")
+}
+
+/// `ctr --address <socket> --namespace <namespace>`, ready for more arguments.
+pub fn ctr_command(socket: &Path, namespace: &str) -> Command {
+    let mut cmd = Command::new("/usr/bin/ctr");
+    cmd.arg("--address").arg(socket).arg("--namespace").arg(namespace);
+    cmd
+}
+
+/// Kills and removes every task and container in each of `namespaces` of the containerd at
+/// `socket` (best effort, errors ignored: for cleanup).
+pub fn remove_all_containers(socket: &Path, namespaces: &[&str]) {
+    for ns in namespaces {
+        let Ok(out) = ctr_command(socket, ns).args(["containers", "list", "-q"]).output() else { continue };
+        for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let _ = ctr_command(socket, ns).args(["tasks", "kill", "-s", "SIGKILL", id]).output();
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = ctr_command(socket, ns).args(["tasks", "delete", "-f", id]).output();
+            let _ = ctr_command(socket, ns).args(["containers", "delete", id]).output();
+        }
+    }
 }
 
 impl Containerd {
@@ -176,11 +182,6 @@ impl Containerd {
         text
     }
 
-    /// The private directory everything lives in.
-    pub fn base(&self) -> &Path {
-        &self.base
-    }
-
     /// containerd's PID.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -188,35 +189,23 @@ impl Containerd {
 
     /// `ctr --address <sock> --namespace <ns>`, ready for more arguments.
     pub fn ctr(&self) -> Command {
-        let mut cmd = Command::new("/usr/bin/ctr");
-        cmd.arg("--address").arg(&self.socket).arg("--namespace").arg(&self.namespace);
-        cmd
+        ctr_command(&self.socket, &self.namespace)
     }
 
     /// Imports an image archive (and unpacks it for the default snapshotter).
     pub fn import(&self, image: &BuiltImage) -> Result<()> {
-        process::run(self.ctr().args(["images", "import"]).arg(&image.tar))?;
-        Ok(())
+        self.import_into(image, &self.namespace)
     }
 
     /// Imports an image into another namespace (CRI uses `k8s.io`).
     pub fn import_into(&self, image: &BuiltImage, namespace: &str) -> Result<()> {
-        let mut cmd = Command::new("/usr/bin/ctr");
-        cmd.arg("--address")
-            .arg(&self.socket)
-            .arg("--namespace")
-            .arg(namespace)
-            .args(["images", "import"])
-            .arg(&image.tar);
-        process::run(&mut cmd)?;
+        process::run(ctr_command(&self.socket, namespace).args(["images", "import"]).arg(&image.tar))?;
         Ok(())
     }
 
     /// The tail of containerd's log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        process::log_tail(&self.log, lines)
     }
 
     /// Processes attributable to this instance besides containerd itself: shims (their command
@@ -256,37 +245,9 @@ impl Containerd {
         [runc, Path::new("/run/containerd/s").join(format!("{hex}.nvinject"))]
     }
 
-    /// What of this instance is still there (call after [`Containerd::stop`]).
-    pub fn leftovers(&self) -> Leftovers {
-        let mut processes = self.shim_processes();
-        if process::alive(self.pid as i32) {
-            processes.extend(process::find_processes(&self.config.to_string_lossy()));
-        }
-        Leftovers { processes, mounts: mounts::mounts_under(&self.base) }
-    }
-
-    /// Removes every task and container in the `ctr` namespace (best effort).
+    /// Removes every task and container in the `ctr` namespace and CRI's `k8s.io` (best effort).
     pub fn remove_all_containers(&self) {
-        for ns in [self.namespace.as_str(), "k8s.io"] {
-            let mut list = Command::new("/usr/bin/ctr");
-            list.arg("--address").arg(&self.socket).arg("--namespace").arg(ns).args([
-                "containers",
-                "list",
-                "-q",
-            ]);
-            let Ok(out) = list.output() else { continue };
-            for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
-                let ctr = |args: &[&str]| {
-                    let mut c = Command::new("/usr/bin/ctr");
-                    c.arg("--address").arg(&self.socket).arg("--namespace").arg(ns).args(args);
-                    let _ = c.output();
-                };
-                ctr(&["tasks", "kill", "-s", "SIGKILL", id]);
-                std::thread::sleep(Duration::from_millis(100));
-                ctr(&["tasks", "delete", "-f", id]);
-                ctr(&["containers", "delete", id]);
-            }
-        }
+        remove_all_containers(&self.socket, &[self.namespace.as_str(), "k8s.io"]);
     }
 
     /// Stops everything this instance started: containers, then containerd (SIGTERM, then
@@ -310,7 +271,7 @@ impl Containerd {
         if self.cri {
             let _ = fs::remove_dir("/run/containerd/runc/k8s.io");
         }
-        remove_cgroup_dirs(&self.cgroup_parent());
+        namespace::remove_cgroup_tree(&self.cgroup_parent());
         self.child = None;
     }
 
@@ -325,34 +286,4 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Removes the (empty) cgroup directories named `parent` under every hierarchy, deepest first.
-pub fn remove_cgroup_dirs(parent: &str) {
-    let relative = parent.trim_start_matches('/');
-    if relative.is_empty() {
-        return;
-    }
-    let mut candidates = vec![Path::new("/sys/fs/cgroup").join(relative)];
-    if let Ok(controllers) = fs::read_dir("/sys/fs/cgroup") {
-        for c in controllers.flatten() {
-            candidates.push(c.path().join(relative));
-        }
-    }
-    for dir in candidates {
-        if dir.is_dir() {
-            remove_empty_tree(&dir);
-        }
-    }
-}
-
-fn remove_empty_tree(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_tree(&e.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir(dir);
 }

@@ -1,5 +1,7 @@
 //! A small CRI client (the kubelet's side of containerd's CRI plugin) over the real gRPC unix socket,
-//! with blocking wrappers so tests read top to bottom.
+//! with blocking wrappers so tests read top to bottom. It plays the kubelet (run a pod, create and
+//! start containers) for the tests that have none, and watches what a real kubelet did (pods and
+//! containers found by the labels it sets, their state) on a test node.
 //!
 //! Pods use the host network, so no CNI plugin is needed; container logs go to a directory the test
 //! owns and are read back in CRI's log format.
@@ -8,25 +10,31 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest, CreateContainerRequest,
-    ImageSpec, KeyValue, LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, ListContainersRequest, NamespaceMode, NamespaceOption, PodSandboxConfig,
-    PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
-    StopPodSandboxRequest,
+    Container, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStatus,
+    ContainerStatusRequest, CreateContainerRequest, ImageSpec, KeyValue, LinuxContainerConfig,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainersRequest,
+    ListPodSandboxRequest, NamespaceMode, NamespaceOption, PodSandbox, PodSandboxConfig, PodSandboxFilter,
+    PodSandboxMetadata, PodSandboxState, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StatusRequest, StopPodSandboxRequest, VersionRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{HarnessError, Result};
 use crate::process;
 
-/// A connected CRI client.
+/// Label the kubelet puts on sandboxes and containers: the pod's name (for static pods, `<name>-<node>`).
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+/// Label the kubelet puts on containers: the container's name in the pod spec.
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+/// A connected CRI client with its own single-threaded runtime, so tests stay synchronous.
+#[derive(Debug)]
 pub struct CriClient {
+    socket: PathBuf,
     rt: tokio::runtime::Runtime,
     runtime: RuntimeServiceClient<Channel>,
-    images: ImageServiceClient<Channel>,
 }
 
 /// A running pod sandbox.
@@ -59,39 +67,49 @@ pub struct ContainerRequest {
 }
 
 /// A gRPC channel to the unix socket at `socket` (tonic dials `unix://` URIs itself).
-pub(crate) async fn unix_channel(socket: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
+async fn unix_channel(socket: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("unix://{}", socket.display()))?.connect().await
 }
 
-fn cri_err(call: &'static str) -> impl FnOnce(tonic::Status) -> HarnessError {
-    move |s| HarnessError::Cri { call, message: s.message().to_owned() }
+fn cri_err(call: &'static str, socket: &Path) -> impl FnOnce(tonic::Status) -> HarnessError + use<> {
+    let socket = socket.to_path_buf();
+    move |s| HarnessError::Cri { call, socket, message: format!("{}: {}", s.code(), s.message()) }
+}
+
+/// Host network (the test nodes have no CNI), for a pod and each of its containers.
+fn host_network() -> Option<NamespaceOption> {
+    Some(NamespaceOption { network: NamespaceMode::Node as i32, ..Default::default() })
 }
 
 impl CriClient {
     /// Connects to containerd's CRI endpoint at `socket`.
     pub fn connect(socket: &Path) -> Result<CriClient> {
+        let failed =
+            |message: String| HarnessError::Cri { call: "connect", socket: socket.to_path_buf(), message };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
-        let channel = rt
-            .block_on(unix_channel(socket))
-            .map_err(|e| HarnessError::Cri { call: "connect", message: e.to_string() })?;
-        Ok(CriClient {
-            rt,
-            runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
-        })
+            .map_err(|e| failed(e.to_string()))?;
+        let channel = rt.block_on(unix_channel(socket)).map_err(|e| failed(e.to_string()))?;
+        Ok(CriClient { socket: socket.to_path_buf(), rt, runtime: RuntimeServiceClient::new(channel) })
     }
 
-    /// Whether the image is known to the CRI plugin (imported into `k8s.io`).
-    pub fn has_image(&mut self, image: &str) -> Result<bool> {
-        let req = k8s_cri::v1::ImageStatusRequest {
-            image: Some(ImageSpec { image: image.into(), ..Default::default() }),
-            verbose: false,
-        };
-        let resp = self.rt.block_on(self.images.image_status(req)).map_err(cri_err("ImageStatus"))?;
-        Ok(resp.into_inner().image.is_some())
+    /// The runtime's name and version (`containerd 1.6.20~ds1`).
+    pub fn version(&mut self) -> Result<String> {
+        let req = VersionRequest { version: "v1".into() };
+        let r = self.rt.block_on(self.runtime.version(req)).map_err(cri_err("Version", &self.socket))?;
+        let r = r.into_inner();
+        Ok(format!("{} {}", r.runtime_name, r.runtime_version))
+    }
+
+    /// The runtime's conditions (`RuntimeReady`, `NetworkReady`) and whether each holds.
+    pub fn conditions(&mut self) -> Result<Vec<(String, bool)>> {
+        let req = StatusRequest { verbose: false };
+        let r = self.rt.block_on(self.runtime.status(req)).map_err(cri_err("Status", &self.socket))?;
+        Ok(r.into_inner()
+            .status
+            .map(|s| s.conditions.into_iter().map(|c| (c.r#type, c.status)).collect())
+            .unwrap_or_default())
     }
 
     /// Starts a host-network pod sandbox with `runtime_handler` (empty: the default runtime), its
@@ -120,10 +138,7 @@ impl CriClient {
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: cgroup_parent.into(),
                 security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(NamespaceOption {
-                        network: NamespaceMode::Node as i32,
-                        ..Default::default()
-                    }),
+                    namespace_options: host_network(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -132,7 +147,10 @@ impl CriClient {
         };
         let req =
             RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: runtime_handler.into() };
-        let resp = self.rt.block_on(self.runtime.run_pod_sandbox(req)).map_err(cri_err("RunPodSandbox"))?;
+        let resp = self
+            .rt
+            .block_on(self.runtime.run_pod_sandbox(req))
+            .map_err(cri_err("RunPodSandbox", &self.socket))?;
         Ok(Pod { id: resp.into_inner().pod_sandbox_id, config, log_dir })
     }
 
@@ -148,10 +166,7 @@ impl CriClient {
             linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
                     privileged: request.privileged,
-                    namespace_options: Some(NamespaceOption {
-                        network: NamespaceMode::Node as i32,
-                        ..Default::default()
-                    }),
+                    namespace_options: host_network(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -163,15 +178,19 @@ impl CriClient {
             config: Some(config),
             sandbox_config: Some(pod.config.clone()),
         };
-        let resp =
-            self.rt.block_on(self.runtime.create_container(req)).map_err(cri_err("CreateContainer"))?;
+        let resp = self
+            .rt
+            .block_on(self.runtime.create_container(req))
+            .map_err(cri_err("CreateContainer", &self.socket))?;
         Ok(resp.into_inner().container_id)
     }
 
     /// Starts a created container.
     pub fn start_container(&mut self, id: &str) -> Result<()> {
         let req = StartContainerRequest { container_id: id.into() };
-        self.rt.block_on(self.runtime.start_container(req)).map_err(cri_err("StartContainer"))?;
+        self.rt
+            .block_on(self.runtime.start_container(req))
+            .map_err(cri_err("StartContainer", &self.socket))?;
         Ok(())
     }
 
@@ -184,12 +203,41 @@ impl CriClient {
         })
     }
 
-    /// Ids of the containers in `pod` (sandbox excluded, as CRI lists them).
-    pub fn containers_in(&mut self, pod: &Pod) -> Result<Vec<String>> {
-        let filter = k8s_cri::v1::ContainerFilter { pod_sandbox_id: pod.id.clone(), ..Default::default() };
+    /// Pod sandboxes carrying all of `labels`.
+    pub fn pods(&mut self, labels: &[(&str, &str)]) -> Result<Vec<PodSandbox>> {
+        let filter = PodSandboxFilter { label_selector: selector(labels), ..Default::default() };
+        let req = ListPodSandboxRequest { filter: Some(filter) };
+        let r = self
+            .rt
+            .block_on(self.runtime.list_pod_sandbox(req))
+            .map_err(cri_err("ListPodSandbox", &self.socket))?;
+        Ok(r.into_inner().items)
+    }
+
+    /// Containers carrying all of `labels`.
+    pub fn containers(&mut self, labels: &[(&str, &str)]) -> Result<Vec<Container>> {
+        let filter = ContainerFilter { label_selector: selector(labels), ..Default::default() };
         let req = ListContainersRequest { filter: Some(filter) };
-        let resp = self.rt.block_on(self.runtime.list_containers(req)).map_err(cri_err("ListContainers"))?;
-        Ok(resp.into_inner().containers.into_iter().map(|c| c.id).collect())
+        let r = self
+            .rt
+            .block_on(self.runtime.list_containers(req))
+            .map_err(cri_err("ListContainers", &self.socket))?;
+        Ok(r.into_inner().containers)
+    }
+
+    /// The status of one container, with the runtime's verbose info (containerd puts the OCI spec and
+    /// the PID there).
+    pub fn container_status(
+        &mut self,
+        id: &str,
+    ) -> Result<(Option<ContainerStatus>, HashMap<String, String>)> {
+        let req = ContainerStatusRequest { container_id: id.to_owned(), verbose: true };
+        let r = self
+            .rt
+            .block_on(self.runtime.container_status(req))
+            .map_err(cri_err("ContainerStatus", &self.socket))?
+            .into_inner();
+        Ok((r.status, r.info))
     }
 
     /// The message lines a container wrote to stdout/stderr (CRI log prefixes stripped).
@@ -199,16 +247,43 @@ impl CriClient {
 
     /// Stops and removes the pod (and its containers).
     pub fn remove_pod(&mut self, pod: &Pod) -> Result<()> {
+        self.remove_pod_sandbox(&pod.id)
+    }
+
+    /// Stops and removes every pod sandbox (and so its containers). Returns how many there were.
+    pub fn remove_all_pods(&mut self) -> Result<usize> {
+        let pods = self.pods(&[])?;
+        for pod in &pods {
+            self.remove_pod_sandbox(&pod.id)?;
+        }
+        Ok(pods.len())
+    }
+
+    fn remove_pod_sandbox(&mut self, id: &str) -> Result<()> {
+        let stop = StopPodSandboxRequest { pod_sandbox_id: id.to_owned() };
         self.rt
-            .block_on(self.runtime.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: pod.id.clone() }))
-            .map_err(cri_err("StopPodSandbox"))?;
+            .block_on(self.runtime.stop_pod_sandbox(stop))
+            .map_err(cri_err("StopPodSandbox", &self.socket))?;
+        let remove = RemovePodSandboxRequest { pod_sandbox_id: id.to_owned() };
         self.rt
-            .block_on(
-                self.runtime.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: pod.id.clone() }),
-            )
-            .map_err(cri_err("RemovePodSandbox"))?;
+            .block_on(self.runtime.remove_pod_sandbox(remove))
+            .map_err(cri_err("RemovePodSandbox", &self.socket))?;
         Ok(())
     }
+}
+
+fn selector(labels: &[(&str, &str)]) -> HashMap<String, String> {
+    labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+/// Whether a CRI container is running.
+pub fn is_running(c: &Container) -> bool {
+    c.state == ContainerState::ContainerRunning as i32
+}
+
+/// Whether a pod sandbox is ready (its pause container runs).
+pub fn is_ready(p: &PodSandbox) -> bool {
+    p.state == PodSandboxState::SandboxReady as i32
 }
 
 /// The messages of a CRI log file (`<time> <stream> <P|F> <message>` per line), partial (`P`) lines

@@ -34,11 +34,13 @@ pub enum HarnessError {
         seconds: u64,
     },
     /// A CRI call failed.
-    #[error("CRI {call} failed: {message}")]
+    #[error("CRI {call} on {} failed: {message}", socket.display())]
     Cri {
         /// The RPC.
         call: &'static str,
-        /// The status message.
+        /// The runtime's socket.
+        socket: PathBuf,
+        /// The status code and message, or the transport error.
         message: String,
     },
     /// A precondition of the harness is missing (a binary, root, a kernel feature).

@@ -8,7 +8,6 @@
 
 pub mod cgroup;
 pub mod config;
-pub mod cri;
 pub mod daemon;
 pub mod node;
 
@@ -57,16 +56,6 @@ pub enum KubeletError {
         /// The end of its output.
         log: String,
     },
-    /// A CRI call failed.
-    #[error("CRI {call} on {}: {detail}", socket.display())]
-    Cri {
-        /// The RPC.
-        call: &'static str,
-        /// The runtime's socket.
-        socket: PathBuf,
-        /// The status or transport error.
-        detail: String,
-    },
     /// A daemon exited while it was being waited on.
     #[error("{daemon} exited ({status}); its log ends with:\n{log}")]
     Exited {
@@ -90,7 +79,7 @@ pub enum KubeletError {
     /// Setting up the namespace failed.
     #[error(transparent)]
     Ns(#[from] NsError),
-    /// The containerd harness failed.
+    /// The containerd harness failed, or a CRI call.
     #[error(transparent)]
     Harness(#[from] HarnessError),
     /// Another error, with a daemon's log or other context appended.

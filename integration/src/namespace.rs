@@ -395,9 +395,9 @@ fn short_name(test: &str) -> String {
     last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).take(40).collect()
 }
 
-/// Removes `/<name>` and everything below it in every cgroup hierarchy, deepest first; returns what
-/// could not be removed (a cgroup still holding a process).
-pub fn remove_cgroup_tree(name: &str) -> Vec<String> {
+/// `dir` and every directory below it, children before their parent (the order `rmdir` needs);
+/// empty when `dir` is not a directory.
+pub fn dirs_deepest_first(dir: &Path) -> Vec<PathBuf> {
     fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
         if let Ok(entries) = fs::read_dir(dir) {
             for e in entries.flatten() {
@@ -408,15 +408,24 @@ pub fn remove_cgroup_tree(name: &str) -> Vec<String> {
         }
         out.push(dir.to_path_buf());
     }
+    let mut out = Vec::new();
+    if dir.is_dir() {
+        collect(dir, &mut out);
+    }
+    out
+}
+
+/// Removes `/<name>` (leading `/` optional) and everything below it in every cgroup hierarchy,
+/// deepest first; returns what could not be removed (a cgroup still holding a process). An empty
+/// name removes nothing: it would mean every hierarchy's root.
+pub fn remove_cgroup_tree(name: &str) -> Vec<String> {
+    let name = name.trim_start_matches('/');
     let mut failures = Vec::new();
+    if name.is_empty() {
+        return failures;
+    }
     for (mount_point, _, _) in cgroup_mounts() {
-        let root = mount_point.join(name);
-        if !root.is_dir() {
-            continue;
-        }
-        let mut dirs = Vec::new();
-        collect(&root, &mut dirs);
-        for dir in dirs {
+        for dir in dirs_deepest_first(&mount_point.join(name)) {
             if let Err(e) = fs::remove_dir(&dir) {
                 failures.push(format!("cannot remove cgroup {}: {e}", dir.display()));
             }
@@ -628,6 +637,23 @@ mod tests {
         assert_eq!(diffs.len(), 2, "{diffs:?}");
         assert!(diffs[0].contains("/var/lib/kubelet") && diffs[0].contains("device-plugins"));
         assert!(diffs[1].contains("kernel/panic") && diffs[1].contains("after 10"));
+    }
+
+    #[test]
+    fn directories_come_before_their_parent_and_files_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::create_dir_all(root.join("c")).unwrap();
+        fs::write(root.join("a/file"), "").unwrap();
+        let dirs = dirs_deepest_first(&root);
+        let pos = |rel: &str| {
+            dirs.iter().position(|d| *d == root.join(rel)).unwrap_or_else(|| panic!("{rel}: {dirs:?}"))
+        };
+        assert_eq!(dirs.len(), 4, "{dirs:?}");
+        assert!(pos("a/b") < pos("a") && pos("a") < pos("") && pos("c") < pos(""), "{dirs:?}");
+        assert!(dirs_deepest_first(&root.join("a/file")).is_empty());
+        assert!(dirs_deepest_first(&root.join("missing")).is_empty());
     }
 
     #[test]

@@ -13,9 +13,9 @@ use std::process::Command;
 use nvinject_simnode::artifacts::{artifact, simnode_bin};
 use serde_json::Value;
 
-use crate::containerd::{Containerd, ContainerdOptions};
+use crate::containerd::{Containerd, ContainerdOptions, toml_str};
 use crate::error::{HarnessError, Result, io};
-use crate::image::{self, ImageSpec};
+use crate::image::{self, BuiltImage, ImageSpec};
 use crate::process;
 
 /// The runtime type containerd maps to `containerd-shim-nvinject-v2`.
@@ -183,26 +183,16 @@ impl GpuNode {
         let config = format!(
             "[cdi]\nspec-dirs = [{cdi}]\n\n[runtime]\nlog-file = {log}\nlog-level = {level}\n\n\
              [regenerate]\nsys-root = {sys}\nproc-root = {proc}\n{extra}\n",
-            cdi = toml_str(&cdi_dir),
-            log = toml_str(&shim_log),
-            level = toml_str(Path::new(&options.log_level)),
-            sys = toml_str(&roots.sys),
-            proc = toml_str(&roots.proc),
+            cdi = toml_path(&cdi_dir),
+            log = toml_path(&shim_log),
+            level = toml_str(&options.log_level),
+            sys = toml_path(&roots.sys),
+            proc = toml_path(&roots.proc),
             extra = options.config_extra,
         );
         fs::write(&config_path, config).map_err(io("write", &config_path))?;
 
-        let image_tar = base.join("probe.tar");
-        let probe = artifact("nvinject-integration", "nvinject-probe");
-        let built = image::build(
-            &ImageSpec {
-                name: PROBE_IMAGE.into(),
-                programs: vec![probe],
-                cmd: vec![PROBE_PATH.into(), "pause".into()],
-                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-            },
-            &image_tar,
-        )?;
+        let built = probe_image(&base.join("probe.tar"))?;
 
         let containerd_options = ContainerdOptions {
             path_prepend: vec![bin_dir.clone()],
@@ -213,7 +203,7 @@ impl GpuNode {
                 "nvidia".into(),
                 format!(
                     "  runtime_type = {}\n  container_annotations = [\"cdi.k8s.io/*\"]\n",
-                    toml_str(Path::new(NVINJECT_RUNTIME))
+                    toml_str(NVINJECT_RUNTIME)
                 ),
             )],
         };
@@ -295,8 +285,22 @@ impl GpuNode {
     }
 }
 
-fn toml_str(p: &Path) -> String {
-    serde_json::to_string(&p.to_string_lossy()).expect("string")
+fn toml_path(p: &Path) -> String {
+    toml_str(&p.to_string_lossy())
+}
+
+/// Builds the probe image ([`PROBE_IMAGE`]: `nvinject-probe` plus the base tools, `pause` as its
+/// command, so it also serves as a pod sandbox image) as an OCI archive at `out`.
+pub fn probe_image(out: &Path) -> Result<BuiltImage> {
+    image::build(
+        &ImageSpec {
+            name: PROBE_IMAGE.into(),
+            programs: vec![artifact("nvinject-integration", "nvinject-probe")],
+            cmd: vec![PROBE_PATH.into(), "pause".into()],
+            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        },
+        out,
+    )
 }
 
 /// The roots of a node (simulated or real).

@@ -150,6 +150,13 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Opt
     }
 }
 
+/// The last `lines` lines of a file, for failure messages (empty when unreadable).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// Fails unless running as root (the real-parts tests need it; CI runs as root).
 pub fn require_root() -> Result<()> {
     if nix::unistd::geteuid().is_root() {

@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nvinject_integration::image::{self, ImageSpec};
 use nvinject_integration::kubelet::node::CONTAINERD_CONFIG;
 use nvinject_integration::kubelet::{self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod};
 use nvinject_integration::namespace::{self, isolated};
-use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, report_devices};
+use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
 use nvinject_simnode::artifacts::{artifact, profile_dir, simnode_bin};
 use nvinject_simnode::description::NodeDescription;
 use serde_json::Value;
@@ -418,16 +417,7 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
             sim.description.name,
             sim.description.driver.version
         );
-        let probe = image::build(
-            &ImageSpec {
-                name: PROBE_IMAGE.into(),
-                programs: vec![binaries[5].clone()],
-                cmd: vec![PROBE_PATH.into(), "pause".into()],
-                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-            },
-            &work.join("probe.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let probe = probe_image(&work.join("probe.tar")).unwrap_or_else(|e| panic!("{e}"));
 
         // The node, configured by our installer before containerd starts (as after a reboot).
         let shim_link = work.join("shim-link");

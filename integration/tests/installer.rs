@@ -17,11 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nvinject_integration::containerd::remove_cgroup_dirs;
+use nvinject_integration::containerd::{ctr_command, remove_all_containers};
 use nvinject_integration::cri::{ContainerRequest, CriClient};
-use nvinject_integration::image::{self, ImageSpec};
-use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, report_devices};
-use nvinject_integration::{mounts, process};
+use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
+use nvinject_integration::{mounts, namespace, process};
 use nvinject_simnode::artifacts::{artifact, simnode_bin};
 use serde_json::Value;
 
@@ -122,15 +121,7 @@ impl Supervised {
     }
 
     fn log_tail(&self) -> String {
-        let text = fs::read_to_string(self.base.join("containerd.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    fn ctr(&self, namespace: &str) -> Command {
-        let mut cmd = Command::new("/usr/bin/ctr");
-        cmd.arg("--address").arg(&self.socket).arg("--namespace").arg(namespace);
-        cmd
+        process::log_tail(&self.base.join("containerd.log"), 30)
     }
 }
 
@@ -139,16 +130,7 @@ impl Drop for Supervised {
         self.stop.store(true, Ordering::SeqCst);
         // Remove what CRI left, then containerd (by the PID we started), then its shims (their
         // command lines name our socket), then mounts under our directory.
-        for ns in ["k8s.io"] {
-            if let Ok(out) = self.ctr(ns).args(["containers", "list", "-q"]).output() {
-                for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()) {
-                    let _ = self.ctr(ns).args(["tasks", "kill", "-s", "SIGKILL", id]).output();
-                    std::thread::sleep(Duration::from_millis(100));
-                    let _ = self.ctr(ns).args(["tasks", "delete", "-f", id]).output();
-                    let _ = self.ctr(ns).args(["containers", "delete", id]).output();
-                }
-            }
-        }
+        remove_all_containers(&self.socket, &["k8s.io"]);
         // The supervisor may have started containerd again just before it saw `stop`: keep taking
         // whatever child it holds until the thread is done, then join it.
         if let Some(t) = self.thread.take() {
@@ -269,17 +251,7 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         fs::copy(artifact(package, file), image_bin.join(file)).unwrap();
     }
     let installer = image_bin.join("nvinject-installer");
-    let probe = artifact("nvinject-integration", "nvinject-probe");
-    let image = image::build(
-        &ImageSpec {
-            name: PROBE_IMAGE.into(),
-            programs: vec![probe],
-            cmd: vec![PROBE_PATH.into(), "pause".into()],
-            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-        },
-        &t.join("probe.tar"),
-    )
-    .unwrap();
+    let image = probe_image(&t.join("probe.tar")).unwrap();
 
     let config_path = t.join("etc/containerd/config.toml");
     fs::create_dir_all(config_path.parent().unwrap()).unwrap();
@@ -296,7 +268,7 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         &t.join("usr/local/bin"),
         &t.join("etc/nvinject/config.toml"),
     );
-    process::run(supervised.ctr("k8s.io").args(["images", "import"]).arg(&image.tar)).unwrap();
+    process::run(ctr_command(&socket, "k8s.io").args(["images", "import"]).arg(&image.tar)).unwrap();
     let mut cri = CriClient::connect(&socket).unwrap();
 
     // Before: containerd has no `nvidia` handler.
@@ -403,6 +375,6 @@ struct CgroupCleanup(String);
 
 impl Drop for CgroupCleanup {
     fn drop(&mut self) {
-        remove_cgroup_dirs(&self.0);
+        namespace::remove_cgroup_tree(&self.0);
     }
 }

@@ -50,9 +50,8 @@ fn run() -> anyhow::Result<()> {
     if !real {
         println!("   simulated node {}: {} GPUs", node.sim.display(), node.gpu_count());
     }
-    let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path)?)?;
-    let names: Vec<&str> =
-        spec["devices"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
+    let spec = nvinject_cdi::load_file(&node.spec_path)?;
+    let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
     println!(
         "2. nvinject-cdi generate -> {} ({} devices: {})",
         node.spec_path.display(),

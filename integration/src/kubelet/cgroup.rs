@@ -3,11 +3,11 @@
 //! afterwards. Cgroups are global to the host, so this is the one thing a node test must undo by hand.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::KubeletError;
-use crate::namespace::cgroup_mounts;
+use crate::namespace::{cgroup_mounts, dirs_deepest_first};
 
 /// A cgroup of the same name in each hierarchy.
 #[derive(Debug)]
@@ -54,14 +54,9 @@ impl CgroupRoot {
         format!("/{}", self.name)
     }
 
-    /// Every directory (in every hierarchy) at or below the root, deepest first.
+    /// Every directory (in every hierarchy) at or below the root, children before their parent.
     pub fn tree(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for dir in &self.dirs {
-            collect_dirs(dir, &mut out);
-        }
-        out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        out
+        self.dirs.iter().flat_map(|dir| dirs_deepest_first(dir)).collect()
     }
 
     /// Removes the root and everything below it, deepest first. A cgroup still holding a process cannot
@@ -99,20 +94,6 @@ impl Drop for CgroupRoot {
     fn drop(&mut self) {
         if !self.dirs.is_empty() {
             let _ = self.remove(Duration::from_secs(2));
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    if !dir.is_dir() {
-        return;
-    }
-    out.push(dir.to_path_buf());
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_dirs(&e.path(), out);
-            }
         }
     }
 }

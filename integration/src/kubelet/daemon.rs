@@ -1,7 +1,7 @@
 //! A long-running process a test started (containerd, the kubelet, the device plugin): its output goes to
 //! a log file, its PID is recorded, and it is stopped by that PID (SIGTERM, then SIGKILL) and reaped.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -76,7 +76,7 @@ impl Daemon {
 
     /// The last `lines` lines of the log, for error messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        log_tail(&self.log, lines)
+        crate::process::log_tail(&self.log, lines)
     }
 
     /// Sends SIGTERM, waits up to `grace`, then SIGKILL; reaps the process. Returns how it ended.
@@ -105,22 +105,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
-}
-
-/// The last `lines` lines of a file (empty when unreadable).
-pub fn log_tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Creates an empty file (truncating), for logs a test wants fresh.
-pub fn fresh_file(path: &Path) -> Result<(), KubeletError> {
-    File::create(path).map(drop).map_err(|source| KubeletError::Io {
-        op: "create",
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 #[cfg(test)]

@@ -20,12 +20,13 @@ use serde_json::Value;
 
 use super::cgroup::CgroupRoot;
 use super::config::{KubeletSettings, StaticPod, containerd_node_config};
-use super::cri::{self, Cri, LABEL_CONTAINER_NAME, LABEL_POD_NAME};
 use super::daemon::Daemon;
 use super::{KubeletArtifacts, KubeletError};
-use crate::cri::parse_cri_log;
+use crate::containerd::ctr_command;
+use crate::cri::{self, CriClient, LABEL_CONTAINER_NAME, LABEL_POD_NAME, parse_cri_log};
 use crate::image::BuiltImage;
 use crate::namespace::{Inside, mount_ns_of, processes_in_mount_ns};
+use crate::process;
 
 /// containerd's default socket (under `/run/containerd`, shadowed).
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
@@ -154,7 +155,7 @@ pub struct KubeNode {
     kubelet: Option<Daemon>,
     extras: Vec<Daemon>,
     containerd: Option<Daemon>,
-    cri: Option<Cri>,
+    cri: Option<CriClient>,
     cgroup: Option<CgroupRoot>,
 }
 
@@ -291,23 +292,13 @@ impl KubeNode {
     }
 
     /// The CRI client (connected to this node's containerd).
-    pub fn cri(&mut self) -> &mut Cri {
+    pub fn cri(&mut self) -> &mut CriClient {
         self.cri.as_mut().expect("containerd is running")
     }
 
     /// The files shadowing the kubelet's sysctls, with the sysctl each stands for.
     pub fn sysctl_files(&self) -> &[(String, PathBuf)] {
         &self.sysctl_files
-    }
-
-    /// The PID of the running kubelet.
-    pub fn kubelet_pid(&self) -> Option<u32> {
-        self.kubelet.as_ref().map(Daemon::pid)
-    }
-
-    /// The PID of containerd.
-    pub fn containerd_pid(&self) -> Option<u32> {
-        self.containerd.as_ref().map(Daemon::pid)
     }
 
     fn start_containerd(&mut self) -> Result<(), KubeletError> {
@@ -339,7 +330,7 @@ impl KubeNode {
                 if !socket.exists() {
                     return Ok(None);
                 }
-                let mut cri = Cri::connect(socket)?;
+                let mut cri = CriClient::connect(socket)?;
                 let ready = cri.conditions()?.iter().any(|(t, ok)| t == "RuntimeReady" && *ok);
                 Ok(ready.then_some(cri))
             },
@@ -353,18 +344,8 @@ impl KubeNode {
 
     /// Imports an image archive into containerd's `k8s.io` namespace (the one CRI uses).
     pub fn import_image(&self, image: &BuiltImage) -> Result<(), KubeletError> {
-        let mut cmd = Command::new("ctr");
-        cmd.args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io", "images", "import"])
-            .arg(&image.tar);
-        let out = cmd
-            .output()
-            .map_err(|e| KubeletError::Command { command: format!("{cmd:?}"), detail: e.to_string() })?;
-        if !out.status.success() {
-            return Err(KubeletError::Command {
-                command: format!("{cmd:?}"),
-                detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-            });
-        }
+        let mut cmd = ctr_command(Path::new(CONTAINERD_SOCKET), "k8s.io");
+        process::run(cmd.args(["images", "import"]).arg(&image.tar))?;
         Ok(())
     }
 
@@ -410,11 +391,6 @@ impl KubeNode {
         Ok(self.extras.last_mut().expect("just pushed"))
     }
 
-    /// The extra daemon `name`, if running.
-    pub fn daemon(&mut self, name: &str) -> Option<&mut Daemon> {
-        self.extras.iter_mut().find(|d| d.name() == name)
-    }
-
     /// Writes `pod`'s manifest to the staging dir and moves it into the manifest dir; returns the moment
     /// it landed (the start of "manifest to running").
     pub fn add_static_pod(&self, pod: &StaticPod) -> Result<Instant, KubeletError> {
@@ -450,7 +426,7 @@ impl KubeNode {
         });
         let c = match found {
             Ok(c) => c,
-            Err(e) => return Err(e.with_context(format!("kubelet log:\n{}", self.kubelet_log_tail(25)))),
+            Err(e) => return Err(e.with_context(format!("kubelet log:\n{}", self.log_tail("kubelet", 25)))),
         };
         let after = since.elapsed();
         Ok(RunningContainer {
@@ -581,14 +557,9 @@ impl KubeNode {
         parse_cri_log(&fs::read_to_string(path).unwrap_or_default())
     }
 
-    /// The last `lines` lines of the kubelet's log.
-    pub fn kubelet_log_tail(&self, lines: usize) -> String {
-        super::daemon::log_tail(&self.dirs.logs.join("kubelet.log"), lines)
-    }
-
     /// The last `lines` lines of the log of daemon `name` (`containerd`, `kubelet`, an extra).
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        super::daemon::log_tail(&self.dirs.logs.join(format!("{name}.log")), lines)
+        process::log_tail(&self.dirs.logs.join(format!("{name}.log")), lines)
     }
 
     /// Stops everything, in the order a node is drained: the kubelet, then each pod through CRI (so
