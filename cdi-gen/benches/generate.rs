@@ -9,10 +9,12 @@
 //! goal from the issue is under 5 ms and 8 MiB per run; nothing here asserts on it.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nvinject_simnode::artifacts::{artifact, sim_nvml_lib, simnode_bin};
+mod common;
+
+use common::{build_node, cdi_bin, generate_command, percentile};
 
 /// One finished run: wall time and peak resident set size in KiB.
 // The child is reaped by `wait4`, not `Child::wait`, because only `wait4` returns its rusage.
@@ -35,17 +37,11 @@ fn run_once(cmd: &mut Command) -> (Duration, i64) {
     (elapsed, usage.ru_maxrss)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn main() {
     // `cargo bench` passes --bench; any other argument is a filter on the preset name.
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let runs: usize = std::env::var("NVINJECT_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    sim_nvml_lib();
-    let simnode = simnode_bin("nvinject-simnode");
-    let cdi = artifact("nvinject-cdi-gen", "nvinject-cdi");
+    let cdi = cdi_bin();
     println!("nvinject-cdi generate, whole process, {runs} runs after 10 warm-up ({})", cdi.display());
     // Other work on the machine shows in the medians; the load says how much there was.
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -56,13 +52,7 @@ fn main() {
         }
         let tmp = tempfile::tempdir().expect("temp dir");
         let node = tmp.path().join("node");
-        let built = Command::new(&simnode)
-            .args(["build", "--preset", preset, "--out"])
-            .arg(&node)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run nvinject-simnode");
-        assert!(built.success(), "nvinject-simnode build --preset {preset} failed (needs root)");
+        build_node(preset, &node);
         let shm = Path::new("/dev/shm");
         let tmpfs = shm.is_dir().then(|| tempfile::tempdir_in(shm).expect("temp dir in /dev/shm"));
         let mut targets = vec![("disk", tmp.path().join("out/nvidia.com-gpu.json"))];
@@ -70,20 +60,7 @@ fn main() {
             targets.insert(0, ("tmpfs", t.path().join("nvidia.com-gpu.json")));
         }
         for (label, out) in targets {
-            let mut cmd = Command::new(&cdi);
-            cmd.arg("generate")
-                .arg("--driver-root")
-                .arg(node.join("driver"))
-                .arg("--dev-root")
-                .arg(node.join("host"))
-                .arg("--proc-root")
-                .arg(node.join("host/proc"))
-                .arg("--sys-root")
-                .arg(node.join("host/sys"))
-                .arg("--output")
-                .arg(&out)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            let mut cmd = generate_command(&cdi, &node, &out);
             for _ in 0..10 {
                 run_once(&mut cmd);
             }

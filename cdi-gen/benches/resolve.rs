@@ -4,48 +4,31 @@
 //! YAML spec in the first. Prints median and p90; asserts nothing about time.
 
 use std::hint::black_box;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nvinject_cdi::{QualifiedName, Registry};
-use nvinject_simnode::artifacts::{artifact, sim_nvml_lib, simnode_bin};
+
+mod common;
+
+use common::{build_node, cdi_bin, generate_command, percentile};
 
 const OTHER_VENDOR: &str = "cdiVersion: 0.5.0\nkind: vendor.example/nic\ndevices:\n- name: eth1\n  containerEdits:\n    env: [NIC=1]\n";
 
 fn report(label: &str, mut times: Vec<Duration>) {
     times.sort();
-    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e6;
+    let at = |p: f64| percentile(&times, p).as_secs_f64() * 1e6;
     println!("{label:<44} median {:>7.1} us  p90 {:>7.1} us", at(0.5), at(0.9));
 }
 
 fn main() {
     let runs: usize = std::env::var("NVINJECT_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
-    sim_nvml_lib();
     let tmp = tempfile::tempdir().expect("temp dir");
     let node = tmp.path().join("node");
-    let built = Command::new(simnode_bin("nvinject-simnode"))
-        .args(["build", "--preset", "a100-mig", "--out"])
-        .arg(&node)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run nvinject-simnode");
-    assert!(built.success(), "nvinject-simnode build failed (needs root)");
+    build_node("a100-mig", &node);
     let (etc, run) = (tmp.path().join("etc-cdi"), tmp.path().join("run-cdi"));
     std::fs::create_dir_all(&etc).unwrap();
     std::fs::write(etc.join("vendor.example-nic.yaml"), OTHER_VENDOR).unwrap();
-    let generated = Command::new(artifact("nvinject-cdi-gen", "nvinject-cdi"))
-        .arg("generate")
-        .arg("--driver-root")
-        .arg(node.join("driver"))
-        .arg("--dev-root")
-        .arg(node.join("host"))
-        .arg("--proc-root")
-        .arg(node.join("host/proc"))
-        .arg("--sys-root")
-        .arg(node.join("host/sys"))
-        .arg("--output")
-        .arg(run.join("nvidia.com-gpu.json"))
-        .stderr(Stdio::null())
+    let generated = generate_command(&cdi_bin(), &node, &run.join("nvidia.com-gpu.json"))
         .status()
         .expect("run nvinject-cdi");
     assert!(generated.success());

@@ -48,6 +48,10 @@ pub const FILE_MOUNT_OPTIONS: [&str; 5] = ["ro", "nosuid", "nodev", "rbind", "rp
 /// Mount options of IPC endpoints: as files, and nothing there may be executed.
 pub const IPC_MOUNT_OPTIONS: [&str; 6] = ["ro", "nosuid", "nodev", "rbind", "rprivate", "noexec"];
 
+/// The driver's control nodes: in every container (common edits), so in no device.
+const CONTROL_NODES: [&str; 4] =
+    ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+
 /// Cgroup permissions given to every device node.
 pub const NODE_PERMISSIONS: &str = "rw";
 
@@ -72,6 +76,9 @@ pub enum HookKind {
 }
 
 impl HookKind {
+    /// Every hook, for parsing a name back.
+    const ALL: [HookKind; 2] = [HookKind::CreateSymlinks, HookKind::UpdateLdcache];
+
     /// The name on the command line and as the hook's subcommand.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -96,11 +103,7 @@ impl FromStr for HookKind {
     type Err = UnknownHook;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "create-symlinks" => Ok(HookKind::CreateSymlinks),
-            "update-ldcache" => Ok(HookKind::UpdateLdcache),
-            other => Err(UnknownHook(other.to_owned())),
-        }
+        Self::ALL.into_iter().find(|h| h.as_str() == s).ok_or_else(|| UnknownHook(s.to_owned()))
     }
 }
 
@@ -275,8 +278,8 @@ impl Builder<'_> {
         })
     }
 
-    fn char_node(major: u32, minor: u32, mode: u32) -> Option<NodeInfo> {
-        Some(NodeInfo { node_type: NodeType::Char, major, minor, mode })
+    fn char_node(major: u32, minor: u32, mode: u32) -> NodeInfo {
+        NodeInfo { node_type: NodeType::Char, major, minor, mode }
     }
 
     fn hook(&self, kind: HookKind, flag: &str, values: impl IntoIterator<Item = String>) -> Option<Hook> {
@@ -299,7 +302,7 @@ impl Builder<'_> {
 
     fn gpu_nodes(&self, minor: u32) -> DeviceNode {
         let path = format!("/dev/nvidia{minor}");
-        self.node(&path, Self::char_node(NVIDIA_MAJOR, minor, 0o666)).expect("a fallback is given")
+        self.node(&path, Some(Self::char_node(NVIDIA_MAJOR, minor, 0o666))).expect("a fallback is given")
     }
 
     /// The device's edits and its `/dev/dri/by-path` links (target, link).
@@ -328,12 +331,11 @@ impl Builder<'_> {
                         entry: entry.to_string(),
                     })?;
                     let path = format!("/dev/nvidia-caps/nvidia-cap{minor}");
-                    let fallback = self.dev.char_majors.get("nvidia-caps").map(|&major| NodeInfo {
-                        node_type: NodeType::Char,
-                        major,
-                        minor,
-                        mode: 0o444,
-                    });
+                    let fallback = self
+                        .dev
+                        .char_majors
+                        .get("nvidia-caps")
+                        .map(|&major| Self::char_node(major, minor, 0o444));
                     nodes.push(self.node(&path, fallback).ok_or(BuildError::CapsMajor { path })?);
                 }
             }
@@ -343,25 +345,28 @@ impl Builder<'_> {
 
     fn control_nodes(&self) -> Vec<DeviceNode> {
         let uvm = self.dev.char_majors.get("nvidia-uvm").copied();
-        [
-            ("/dev/nvidiactl", Self::char_node(NVIDIA_MAJOR, CTL_MINOR, 0o666)),
-            ("/dev/nvidia-uvm", uvm.and_then(|m| Self::char_node(m, 0, 0o666))),
-            ("/dev/nvidia-uvm-tools", uvm.and_then(|m| Self::char_node(m, 1, 0o666))),
-            // Present only when the nvidia-modeset module is loaded; never invented.
-            ("/dev/nvidia-modeset", None),
-        ]
-        .into_iter()
-        .filter_map(|(path, fallback)| {
-            let node = self.node(path, fallback);
-            if node.is_none() && path != "/dev/nvidia-modeset" {
-                tracing::warn!(
-                    path,
-                    "control device node not found and not numbered in <proc root>/devices; left out"
-                );
-            }
-            node
-        })
-        .collect()
+        // How each of CONTROL_NODES is described when stat did not see it. nvidia-modeset is
+        // present only when its module is loaded; never invented.
+        let fallbacks = [
+            Some(Self::char_node(NVIDIA_MAJOR, CTL_MINOR, 0o666)),
+            uvm.map(|m| Self::char_node(m, 0, 0o666)),
+            uvm.map(|m| Self::char_node(m, 1, 0o666)),
+            None,
+        ];
+        CONTROL_NODES
+            .into_iter()
+            .zip(fallbacks)
+            .filter_map(|(path, fallback)| {
+                let node = self.node(path, fallback);
+                if node.is_none() && path != "/dev/nvidia-modeset" {
+                    tracing::warn!(
+                        path,
+                        "control device node not found and not numbered in <proc root>/devices; left out"
+                    );
+                }
+                node
+            })
+            .collect()
     }
 
     fn common_edits(&self, files: &DriverFiles) -> ContainerEdits {
@@ -527,12 +532,10 @@ pub fn build_spec(
             if opts.choices.device_ids.is_some() {
                 return Err(BuildError::NotInManagementMode("--device-ids"));
             }
-            let control =
-                ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
             let nodes: Vec<DeviceNode> = dev
                 .nodes
                 .keys()
-                .filter(|p| p.starts_with("/dev/nvidia") && !control.contains(&p.as_str()))
+                .filter(|p| p.starts_with("/dev/nvidia") && !CONTROL_NODES.contains(&p.as_str()))
                 .filter_map(|p| b.node(p, None))
                 .collect();
             if nodes.is_empty() {

@@ -16,8 +16,6 @@ use crate::root::join;
 pub const NVIDIA_MAJOR: u32 = 195;
 /// Minor of `/dev/nvidiactl`.
 pub const CTL_MINOR: u32 = 255;
-/// Minor of `/dev/nvidia-modeset`.
-pub const MODESET_MINOR: u32 = 254;
 
 /// Character or block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::elf;
 use crate::ldcache;
-use crate::root::{join, resolve_in_root};
+use crate::root::{join, resolve_in_root, resolve_with_metadata};
 
 /// Library directories searched by default, inside the driver root, before the ld.so.cache.
 pub fn default_library_dirs() -> Vec<String> {
@@ -154,10 +154,10 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
     let mut files = DriverFiles { version: version.to_owned(), ..Default::default() };
     let suffix = format!(".so.{version}");
     let mut dirs_done = BTreeSet::new();
-    let mut seen = BTreeSet::new();
-    let mut found = Vec::new();
+    // Sorted by path, each once however many folders or links reach it.
+    let mut found = BTreeSet::new();
     for dir in library_dirs {
-        scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut seen, &mut found);
+        scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut found);
     }
     match fs::read(join(root, LD_CACHE)) {
         Ok(bytes) => match ldcache::parse(&bytes) {
@@ -174,7 +174,7 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
                 }
                 tracing::debug!(entries = entries.len(), dirs = cache_dirs.len(), "ld.so.cache read");
                 for dir in &cache_dirs {
-                    scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut seen, &mut found);
+                    scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut found);
                 }
             }
             Err(error) => tracing::warn!(
@@ -186,7 +186,6 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
             tracing::debug!(path = %join(root, LD_CACHE).display(), %error, "no ld.so.cache in the driver root")
         }
     }
-    found.sort();
     files.libraries = found
         .into_iter()
         .map(|path: String| {
@@ -205,23 +204,20 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
         }
     }
 
+    // With a merged /usr both folders are one: each is listed once.
+    let firmware_dirs: BTreeSet<String> = FIRMWARE_DIRS
+        .iter()
+        .filter_map(|base| resolve_in_root(root, &format!("{base}/{version}")).ok())
+        .collect();
     let mut firmware = BTreeSet::new();
-    for base in FIRMWARE_DIRS {
-        let Ok(dir) = resolve_in_root(root, &format!("{base}/{version}")) else { continue };
+    for dir in firmware_dirs {
         let Ok(read) = fs::read_dir(join(root, &dir)) else { continue };
-        for entry in read.flatten() {
-            if let Some(name) = entry.file_name().to_str()
-                && let Some(path) = resolve_file(root, &format!("{dir}/{name}"))
-            {
-                firmware.insert(path);
-            }
-        }
+        firmware.extend(read.flatten().filter_map(|entry| entry_file(root, &dir, &entry)));
     }
     files.firmware = firmware.into_iter().collect();
 
     for candidate in IPC_PATHS {
-        let Ok(path) = resolve_in_root(root, candidate) else { continue };
-        let Ok(meta) = fs::metadata(join(root, &path)) else { continue };
+        let Ok((path, meta)) = resolve_with_metadata(root, candidate) else { continue };
         let kind = if meta.is_dir() { IpcKind::Directory } else { IpcKind::Socket };
         if !files.ipc.iter().any(|i| i.path == path) {
             files.ipc.push(Ipc { path, kind });
@@ -248,8 +244,20 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
 
 /// The real path of a regular file inside the root, or `None`.
 fn resolve_file(root: &Path, inner: &str) -> Option<String> {
-    let path = resolve_in_root(root, inner).ok()?;
-    fs::metadata(join(root, &path)).ok()?.is_file().then_some(path)
+    let (path, meta) = resolve_with_metadata(root, inner).ok()?;
+    meta.is_file().then_some(path)
+}
+
+/// The real path of a regular file listed in `real_dir` (a directory already resolved inside the
+/// root), or `None`. The directory entry says what it is: only a symlinked entry needs resolving.
+fn entry_file(root: &Path, real_dir: &str, entry: &fs::DirEntry) -> Option<String> {
+    let name = entry.file_name();
+    let inner = format!("{}/{}", real_dir.trim_end_matches('/'), name.to_str()?);
+    match entry.file_type().ok()? {
+        t if t.is_file() => Some(inner),
+        t if t.is_symlink() => resolve_file(root, &inner),
+        _ => None,
+    }
 }
 
 fn scan_library_dir(
@@ -257,8 +265,7 @@ fn scan_library_dir(
     dir: &str,
     suffix: &str,
     dirs_done: &mut BTreeSet<String>,
-    seen: &mut BTreeSet<String>,
-    found: &mut Vec<String>,
+    found: &mut BTreeSet<String>,
 ) {
     let Ok(real) = resolve_in_root(root, dir) else { return };
     if !dirs_done.insert(real.clone()) {
@@ -266,23 +273,12 @@ fn scan_library_dir(
     }
     let Ok(read) = fs::read_dir(join(root, &real)) else { return };
     for entry in read.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        if !name.ends_with(suffix) && !has_own_version(&name) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.ends_with(suffix) && !has_own_version(name) {
             continue;
         }
-        let inner = format!("{}/{name}", real.trim_end_matches('/'));
-        // The directory is already resolved: only a symlinked entry needs resolving.
-        let path = match entry.file_type() {
-            Ok(t) if t.is_file() => inner,
-            Ok(t) if t.is_symlink() => match resolve_file(root, &inner) {
-                Some(p) => p,
-                None => continue,
-            },
-            _ => continue,
-        };
-        if seen.insert(path.clone()) {
-            found.push(path);
-        }
+        found.extend(entry_file(root, &real, &entry));
     }
 }
 

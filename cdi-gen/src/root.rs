@@ -8,6 +8,7 @@
 //! Paths inside a root are kept as absolute-looking strings (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`),
 //! which is also where the container sees them.
 
+use std::fs::Metadata;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -58,14 +59,36 @@ pub fn join(root: &Path, inner: &str) -> PathBuf {
 /// `libcuda.so.1 -> /usr/lib/...` resolve inside the root, never on this machine.
 /// Returns the resolved path inside the root; fails when a component does not exist.
 pub fn resolve_in_root(root: &Path, inner: &str) -> io::Result<String> {
+    walk(root, inner).map(|(path, _, _)| path)
+}
+
+/// [`resolve_in_root`], with the metadata of what the path resolves to. The walk already
+/// `lstat`ed it (as a non-link, so that is what `stat` would say), so callers asking "is it a
+/// file?" need no second `stat`.
+pub(crate) fn resolve_with_metadata(root: &Path, inner: &str) -> io::Result<(String, Metadata)> {
+    let (path, current, last) = walk(root, inner)?;
+    let meta = match last {
+        Some(meta) => meta,
+        None => std::fs::metadata(current)?,
+    };
+    Ok((path, meta))
+}
+
+/// The resolved path inside the root, this process's path to it, and its metadata when the walk
+/// ended on a component it `lstat`ed.
+fn walk(root: &Path, inner: &str) -> io::Result<(String, PathBuf, Option<Metadata>)> {
     let mut done: Vec<String> = Vec::new();
     let mut todo: Vec<String> = components(inner).rev().collect();
     let mut hops = 0;
     let mut current = root.to_path_buf();
+    // The metadata of `current` when its last step pushed a component onto `done`; `None` after
+    // a `..` or a restart at the root.
+    let mut last: Option<Metadata> = None;
     while let Some(part) = todo.pop() {
         if part == ".." {
             done.pop();
             current = join(root, &format!("/{}", done.join("/")));
+            last = None;
             continue;
         }
         let candidate = current.join(&part);
@@ -83,14 +106,16 @@ pub fn resolve_in_root(root: &Path, inner: &str) -> io::Result<String> {
             if target.starts_with('/') {
                 done.clear();
                 current = root.to_path_buf();
+                last = None;
             }
             todo.extend(components(&target).rev());
         } else {
             done.push(part);
             current = candidate;
+            last = Some(meta);
         }
     }
-    Ok(format!("/{}", done.join("/")))
+    Ok((format!("/{}", done.join("/")), current, last))
 }
 
 fn components(path: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
@@ -139,5 +164,14 @@ mod tests {
 
         symlink("loop", r.join("loop")).unwrap();
         assert!(resolve_in_root(r, "/loop").unwrap_err().to_string().contains("too many symbolic links"));
+
+        // The metadata is that of what the path resolves to, however the walk ended.
+        let (path, meta) = resolve_with_metadata(r, "/usr/lib/abs-link").unwrap();
+        assert!(path == want && meta.is_file());
+        let (path, meta) = resolve_with_metadata(r, "/lib/x86_64-linux-gnu/..").unwrap();
+        assert!(path == "/usr/lib" && meta.is_dir());
+        symlink("/", r.join("usr/lib/to-root")).unwrap();
+        let (path, meta) = resolve_with_metadata(r, "/usr/lib/to-root").unwrap();
+        assert!(path == "/" && meta.is_dir());
     }
 }

@@ -24,11 +24,6 @@ impl Inventory {
         self.gpus.iter().find(|g| g.index == index)
     }
 
-    /// The GPU whose PCI bus id is `bus`.
-    pub fn gpu_by_bus_id(&self, bus: &PciBusId) -> Option<&Gpu> {
-        self.gpus.iter().find(|g| &g.pci_bus_id == bus)
-    }
-
     /// The PCIe topology level between two GPUs (by index); `Internal` for a GPU and itself.
     pub fn topology_level(&self, a: u32, b: u32) -> Option<TopologyLevel> {
         if a == b {
@@ -90,11 +85,6 @@ impl DeviceUuid {
     /// The UUID text.
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// True for a MIG device's UUID.
-    pub fn is_mig(&self) -> bool {
-        self.0.starts_with("MIG-")
     }
 }
 

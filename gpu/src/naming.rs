@@ -57,12 +57,7 @@ impl FromStr for NamingStrategy {
     type Err = UnknownStrategy;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "index" => Ok(NamingStrategy::Index),
-            "uuid" => Ok(NamingStrategy::Uuid),
-            "type-index" => Ok(NamingStrategy::TypeIndex),
-            other => Err(UnknownStrategy(other.to_owned())),
-        }
+        Self::ALL.into_iter().find(|n| n.as_str() == s).ok_or_else(|| UnknownStrategy(s.to_owned()))
     }
 }
 
