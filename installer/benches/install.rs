@@ -9,34 +9,21 @@
 //!
 //! Run: `cargo bench -p nvinject-installer --bench install`.
 
-use std::cell::Cell;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{FakeContainerd, fixtures_root, write_binaries};
 use nvinject_installer::containerd::{ConfigSources, ContainerdVersion, RuntimeRequest, plan};
 use nvinject_installer::fsx::FaultHook;
 use nvinject_installer::install::{Installer, Settings, SpecGenerator, SpecRequest};
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::runtime_config::ShimConfig;
-use nvinject_installer::service::{Containerd, Restarted};
 
 const RUNS: usize = 200;
-
-struct FakeContainerd {
-    version: ContainerdVersion,
-    restarts: Cell<u32>,
-}
-
-impl Containerd for FakeContainerd {
-    fn version(&self) -> nvinject_installer::Result<ContainerdVersion> {
-        Ok(self.version.clone())
-    }
-    fn restart(&self) -> nvinject_installer::Result<Restarted> {
-        self.restarts.set(self.restarts.get() + 1);
-        Ok(Restarted::Yes)
-    }
-}
 
 struct FixedSpec(Vec<u8>);
 
@@ -95,23 +82,14 @@ fn host(dir: &Path, config: &str) -> Settings {
     fs::write(root.join("etc/containerd/config.toml"), config).unwrap();
     let src = dir.join("src");
     fs::create_dir_all(&src).unwrap();
-    for name in [
-        "containerd-shim-nvinject-v2",
-        "nvinject-hook",
-        "nvinject-cdi",
-        "nvinject-device-plugin",
-        "nvinject-installer",
-    ] {
-        // A few MiB, like the release binaries.
-        fs::write(src.join(name), vec![0x7f; 4 << 20]).unwrap();
-    }
+    // A few MiB, like the release binaries.
+    write_binaries(&src, |_| vec![0x7f; 4 << 20]);
     Settings::defaults(HostRoot::new(root), src)
 }
 
 fn bench_install(fixtures: &Path) {
     let config = fs::read_to_string(fixtures.join("v2-debian-default-1.6/before.toml")).unwrap();
-    let containerd =
-        FakeContainerd { version: ContainerdVersion::parse("1.6.20").unwrap(), restarts: Cell::new(0) };
+    let containerd = FakeContainerd::new("1.6.20");
     let spec = FixedSpec(vec![b' '; 24 << 10]);
     let hook = FaultHook::none();
     let (mut first, mut again, mut uninstall) = (Vec::new(), Vec::new(), Vec::new());
@@ -144,7 +122,7 @@ fn bench_install(fixtures: &Path) {
 }
 
 fn main() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = fixtures_root();
     bench_plan(&fixtures);
     bench_install(&fixtures);
 }

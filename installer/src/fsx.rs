@@ -6,7 +6,7 @@
 //! so a reader or a kill -9 at any moment sees either the old or the new bytes, never a mix.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nvinject_fsio::{Durability, WriteError, WriteOptions};
 use sha2::{Digest, Sha256};
@@ -123,29 +123,6 @@ pub fn remove_file(path: &Path, hook: &FaultHook) -> Result<bool> {
     }
 }
 
-/// Creates `dir` and any missing parents; returns the directories it created, outermost first
-/// (so uninstall can remove exactly those).
-pub fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut missing = Vec::new();
-    let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    missing.reverse();
-    for d in &missing {
-        match fs::create_dir(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("create directory", d)(e)),
-        }
-    }
-    Ok(missing)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,15 +180,6 @@ mod tests {
         let path = dir.path().join("shim");
         write_atomic(&path, b"#!", 0o755, &FaultHook::none()).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o755);
-    }
-
-    #[test]
-    fn create_dirs_reports_only_what_it_created() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("a/b/c");
-        let created = create_dirs(&target).unwrap();
-        assert_eq!(created, vec![dir.path().join("a"), dir.path().join("a/b"), target.clone()]);
-        assert!(create_dirs(&target).unwrap().is_empty());
     }
 
     #[test]

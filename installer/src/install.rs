@@ -9,9 +9,10 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::containerd::imports::parent_dir;
 use crate::containerd::{
     self, ConfigSources, ContainerdVersion, MainChange, Plan, RuntimeMode, RuntimeRequest,
 };
@@ -77,8 +78,6 @@ pub struct Settings {
     pub lock_file: String,
     /// How long to wait for another installer.
     pub lock_wait: Duration,
-    /// Whether to generate the CDI spec.
-    pub generate_cdi: bool,
     /// Whether to create `/dev/char` links.
     pub dev_char_links: bool,
 }
@@ -105,7 +104,6 @@ impl Settings {
             state_dir: "/var/lib/nvinject/installer".into(),
             lock_file: "/run/nvinject-installer.lock".into(),
             lock_wait: Duration::from_secs(120),
-            generate_cdi: true,
             dev_char_links: true,
         }
     }
@@ -231,21 +229,10 @@ impl Installer<'_> {
         HostLock::acquire(&self.settings.host_root.resolve(&self.settings.lock_file), self.settings.lock_wait)
     }
 
-    /// Reads containerd's main config and, transitively, the files it imports (without our
-    /// drop-in), in containerd's load order.
-    pub fn read_sources(&self, containerd: &ContainerdVersion) -> Result<ConfigSources> {
-        read_sources(
-            &self.settings.host_root,
-            &self.settings.containerd_config,
-            &self.settings.drop_in_path(),
-            containerd,
-        )
-    }
-
     fn prepare(&self, ledger: &Ledger<'_>) -> Result<Prepared> {
         let s = &self.settings;
         let containerd = self.containerd.version()?;
-        let mut sources = self.read_sources(&containerd)?;
+        let mut sources = read_sources(&s.host_root, &s.containerd_config, &s.drop_in_path(), &containerd)?;
         // An earlier install with another drop-in path left its import in the main file: drop it
         // (its file is removed at the end of this run).
         let on_disk = sources.main.clone();
@@ -302,14 +289,10 @@ impl Installer<'_> {
             // Checked before anything is written, so a conflict leaves the host untouched.
             let link = host_join(&s.shim_link_dir, SHIM_BINARY);
             let real = s.host_root.resolve(&link);
-            let ours = ledger.state().entries.iter().any(|e| e.path == link);
-            if fs::symlink_metadata(&real).is_ok() && !ours {
+            if fs::symlink_metadata(&real).is_ok() && ledger.entry(&link).is_none() {
                 let target = fs::read_link(&real).ok().map(|t| t.to_string_lossy().into_owned());
                 if target.as_deref() != Some(s.shim_path().as_str()) {
-                    return Err(Error::NotOurs {
-                        path: real,
-                        fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
-                    });
+                    return Err(shim_link_taken(real));
                 }
             }
         }
@@ -363,19 +346,19 @@ impl Installer<'_> {
         }
 
         let config_path = &s.runtime_config;
-        let current = fsx::read_opt(&s.host_root.resolve(config_path))?;
-        let ours = ledger.state().entries.iter().any(|e| &e.path == config_path);
-        if current.is_some() && !ours {
+        let current = fsx::read_opt(&s.host_root.resolve(config_path))?.map(|bytes| fsx::sha256_hex(&bytes));
+        let recorded = ledger.entry(config_path);
+        if current.is_some() && recorded.is_none() {
             ledger.keep(config_path);
             warnings.push(format!(
                 "{config_path} exists and was not written by the installer: kept as it is (delete it to get the \
                  installer's)"
             ));
-        } else if current.is_some() && !current_matches_entry(&ledger, config_path, current.as_deref()) {
+        } else if current.is_some() && recorded.is_some_and(|e| current != e.after && current != e.before) {
             ledger.keep(config_path);
             warnings.push(format!("{config_path} was edited since install: kept as it is"));
         } else {
-            ledger.ensure_dir(parent(config_path))?;
+            ledger.ensure_dir(&parent_dir(config_path))?;
             record(
                 &mut written,
                 config_path,
@@ -413,12 +396,7 @@ impl Installer<'_> {
             match ledger.symlink(&path, &s.shim_path(), Role::ShimLink)? {
                 LinkOutcome::Created => written.push(path),
                 LinkOutcome::Present => {}
-                LinkOutcome::Occupied(_) => {
-                    return Err(Error::NotOurs {
-                        path: s.host_root.resolve(&path),
-                        fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
-                    });
-                }
+                LinkOutcome::Occupied(_) => return Err(shim_link_taken(s.host_root.resolve(&path))),
             }
         }
 
@@ -445,7 +423,7 @@ impl Installer<'_> {
         match &prepared.plan.main {
             MainChange::Unchanged => ledger.keep(main_file),
             MainChange::Update(text) | MainChange::Create(text) => {
-                ledger.ensure_dir(parent(main_file))?;
+                ledger.ensure_dir(&parent_dir(main_file))?;
                 record(
                     &mut written,
                     main_file,
@@ -529,16 +507,13 @@ impl Installer<'_> {
     }
 }
 
-fn parent(host_path: &str) -> &str {
-    match host_path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &host_path[..i],
+/// Something not ours is where the shim link goes (checked before the first write, and again
+/// when the link is placed).
+fn shim_link_taken(path: PathBuf) -> Error {
+    Error::NotOurs {
+        path,
+        fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
     }
-}
-
-fn current_matches_entry(ledger: &Ledger<'_>, path: &str, current: Option<&[u8]>) -> bool {
-    let hash = current.map(fsx::sha256_hex);
-    ledger.state().entries.iter().any(|e| e.path == path && (hash == e.after || hash == e.before))
 }
 
 /// Reads containerd's main config and the files it imports (transitively, in load order),
@@ -645,9 +620,4 @@ fn expand_glob(root: &HostRoot, pattern: &str) -> Vec<String> {
         matches = next;
     }
     matches
-}
-
-/// Reads a local file into a string, naming it on failure.
-pub fn read_text(path: &Path) -> Result<String> {
-    fs::read_to_string(path).map_err(Error::io("read", path))
 }

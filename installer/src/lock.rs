@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -19,7 +19,6 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub struct HostLock {
     _lock: Flock<File>,
-    path: PathBuf,
 }
 
 impl HostLock {
@@ -44,7 +43,7 @@ impl HostLock {
                     let _ = lock.set_len(0);
                     let _ = lock.rewind();
                     let _ = writeln!(lock, "pid {}", std::process::id());
-                    return Ok(HostLock { _lock: lock, path: path.to_owned() });
+                    return Ok(HostLock { _lock: lock });
                 }
                 Err((mut file, Errno::EWOULDBLOCK)) => {
                     let mut holder = String::new();
@@ -64,11 +63,6 @@ impl HostLock {
                 }
             }
         }
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

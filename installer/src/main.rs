@@ -203,7 +203,6 @@ impl HostArgs {
         s.state_dir = self.state_dir.clone();
         s.lock_file = self.lock_file.clone();
         s.lock_wait = Duration::from_secs(self.lock_timeout);
-        s.generate_cdi = !self.skip_cdi_spec;
         s.dev_char_links = !self.no_dev_char_links;
         for (flag, value) in [
             ("--install-dir", &s.install_dir),
@@ -312,7 +311,7 @@ fn with_installer<T>(args: &HostArgs, f: impl FnOnce(&Installer<'_>) -> Result<T
     let containerd = args.containerd()?;
     let hook = FaultHook::from_env();
     let generator = cdi::CdiGen;
-    let spec: Option<&dyn SpecGenerator> = if settings.generate_cdi { Some(&generator) } else { None };
+    let spec: Option<&dyn SpecGenerator> = if args.skip_cdi_spec { None } else { Some(&generator) };
     let installer =
         Installer { settings, containerd: &containerd, spec, runtime_config: &ShimConfig, hook: &hook };
     f(&installer)

@@ -93,12 +93,6 @@ impl HostRoot {
         }
         current
     }
-
-    /// The host path of a path the installer sees, if it lies under the host root.
-    pub fn to_host(&self, local: &Path) -> Option<String> {
-        let rel = local.strip_prefix(&self.0).ok()?;
-        Some(format!("/{}", rel.to_string_lossy()))
-    }
 }
 
 /// Joins a host directory and a file name into a host path.
@@ -118,8 +112,6 @@ mod tests {
             PathBuf::from("/host/etc/containerd/config.toml")
         );
         assert_eq!(HostRoot::new("/").resolve("/etc/x"), PathBuf::from("/etc/x"));
-        assert_eq!(root.to_host(Path::new("/host/dev/nvidia0")).as_deref(), Some("/dev/nvidia0"));
-        assert_eq!(root.to_host(Path::new("/other")), None);
         assert_eq!(
             host_join("/usr/local/nvinject/bin/", "nvinject-hook"),
             "/usr/local/nvinject/bin/nvinject-hook"

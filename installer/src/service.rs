@@ -252,15 +252,18 @@ mod tests {
         }
     }
 
+    /// An executable `systemctl` in `dir` running `script`.
+    fn fake_systemctl(dir: &Path, script: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(dir.join("systemctl"), script).unwrap();
+        std::fs::set_permissions(dir.join("systemctl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     #[test]
     fn systemd_mode_restarts_the_unit_then_waits_for_the_socket() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let calls = dir.path().join("calls");
-        let script = format!("#!/bin/sh\necho \"$@\" >> {}\n", calls.display());
-        std::fs::write(dir.path().join("systemctl"), script).unwrap();
-        std::fs::set_permissions(dir.path().join("systemctl"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        fake_systemctl(dir.path(), &format!("#!/bin/sh\necho \"$@\" >> {}\n", calls.display()));
         let containerd = host_containerd(dir.path(), RestartMode::Systemd);
         // No containerd answers here: the restart is issued, then the wait fails naming the socket.
         let err = containerd.restart().unwrap_err();
@@ -270,15 +273,8 @@ mod tests {
 
     #[test]
     fn a_failing_systemctl_is_reported_with_the_unit() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("systemctl"),
-            "#!/bin/sh\necho 'Unit containerd.service not found.' >&2\nexit 5\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(dir.path().join("systemctl"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        fake_systemctl(dir.path(), "#!/bin/sh\necho 'Unit containerd.service not found.' >&2\nexit 5\n");
         let err = host_containerd(dir.path(), RestartMode::Systemd).restart().unwrap_err();
         let message = err.to_string();
         assert!(message.contains("not found") && message.contains("--containerd-unit"), "{message}");

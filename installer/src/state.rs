@@ -190,11 +190,6 @@ impl<'h> Ledger<'h> {
         &self.state
     }
 
-    /// Whether nothing is recorded (no install present).
-    pub fn is_empty(&self) -> bool {
-        self.state.entries.is_empty()
-    }
-
     /// Records that containerd needs (or no longer needs) a restart.
     pub fn set_restart_pending(&mut self, pending: bool) -> Result<()> {
         if self.state.restart_pending != pending {
@@ -215,6 +210,11 @@ impl<'h> Ledger<'h> {
         self.state.entries.iter().position(|e| e.path == path)
     }
 
+    /// The recorded change of `host_path`, if any.
+    pub fn entry(&self, host_path: &str) -> Option<&Entry> {
+        self.state.entries.iter().find(|e| e.path == host_path)
+    }
+
     fn upsert(&mut self, entry: Entry) {
         match self.entry_index(&entry.path) {
             Some(i) => self.state.entries[i] = entry,
@@ -227,7 +227,7 @@ impl<'h> Ledger<'h> {
         self.touched.insert(host_path.to_owned());
     }
 
-    /// Host paths of drop-ins recorded by earlier installs.
+    /// Host paths recorded with `role` (by this run or earlier installs).
     pub fn paths_with_role(&self, role: Role) -> Vec<String> {
         self.state.entries.iter().filter(|e| e.role == role).map(|e| e.path.clone()).collect()
     }
@@ -247,7 +247,7 @@ impl<'h> Ledger<'h> {
         let mut recorded = false;
         for d in &missing {
             self.touched.insert(d.clone());
-            if self.entry_index(d).is_none() {
+            if self.entry(d).is_none() {
                 self.upsert(Entry {
                     path: d.clone(),
                     kind: Kind::Dir,
@@ -262,12 +262,19 @@ impl<'h> Ledger<'h> {
         if recorded {
             self.save()?;
         }
-        fsx::create_dirs(&self.root.resolve(host_dir))?;
+        for d in &missing {
+            let real = self.root.resolve(d);
+            match fs::create_dir(&real) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("create directory", real)(e)),
+            }
+        }
         // Directories recorded earlier and still present stay ours (and touched).
         let mut cur = Some(PathBuf::from(host_dir));
         while let Some(d) = cur {
             let key = d.to_string_lossy().into_owned();
-            if self.entry_index(&key).is_some_and(|i| self.state.entries[i].kind == Kind::Dir) {
+            if self.entry(&key).is_some_and(|e| e.kind == Kind::Dir) {
                 self.touched.insert(key);
             }
             cur = d.parent().map(Path::to_path_buf);
@@ -286,7 +293,7 @@ impl<'h> Ledger<'h> {
             return Ok(Change::Unchanged);
         }
         let current_hash = current.as_deref().map(fsx::sha256_hex);
-        let previous = self.entry_index(host_path).map(|i| self.state.entries[i].clone());
+        let previous = self.entry(host_path).cloned();
         let entry = match previous {
             // The file is as we left it (or our earlier write never landed): keep the original.
             Some(mut e) if current_hash == e.after || current_hash == e.before => {
@@ -325,7 +332,7 @@ impl<'h> Ledger<'h> {
     /// Points `host_path` at `target` unless something else occupies it.
     pub fn symlink(&mut self, host_path: &str, target: &str, role: Role) -> Result<LinkOutcome> {
         let real = self.root.resolve(host_path);
-        let ours = self.entry_index(host_path).map(|i| self.state.entries[i].clone());
+        let ours = self.entry(host_path).cloned();
         match fs::symlink_metadata(&real) {
             Ok(meta) => {
                 let current = fs::read_link(&real).ok().map(|p| p.to_string_lossy().into_owned());

@@ -5,91 +5,22 @@
 //! Set `NVINJECT_BLESS=1` to rewrite the expected files from the current output (then review
 //! the diff: these files are the specification).
 
-use std::fs;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::fs;
+use std::path::Path;
+
+use common::{Case, fixture_dirs};
 use nvinject_installer::containerd::{
     ConfigSources, ContainerdVersion, MainChange, RuntimeMode, RuntimeRequest, SourceFile, plan,
     remove_import,
 };
-use serde::Deserialize;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    containerd: String,
-    #[serde(default = "default_handler")]
-    handler: String,
-    #[serde(default)]
-    set_as_default: bool,
-    #[serde(default = "default_main")]
-    main_path: String,
-    #[serde(default = "default_drop_in")]
-    drop_in_path: String,
-    #[serde(default = "default_shim")]
-    shim_path: String,
-    /// Expected runtime mode: "runtime-path" or "shim-type".
-    mode: Option<String>,
-    /// Substrings that must each appear in one warning; no other warnings allowed.
-    #[serde(default)]
-    warnings: Vec<String>,
-    /// When set, planning must fail with an error containing this text.
-    error: Option<String>,
-    /// Whether the drop-in directory exists before install: read by `tests/install.rs`; planning
-    /// does not depend on it.
-    #[serde(default = "yes", rename = "drop_in_dir_exists")]
-    _drop_in_dir_exists: bool,
-    #[serde(default)]
-    imported: Vec<Imported>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Imported {
-    path: String,
-    file: String,
-    /// containerd loads this file after our drop-in (the files before it must say false).
-    #[serde(default)]
-    after_drop_in: bool,
-}
-
-fn default_handler() -> String {
-    "nvidia".into()
-}
-fn default_main() -> String {
-    "/etc/containerd/config.toml".into()
-}
-fn default_drop_in() -> String {
-    "/etc/containerd/conf.d/99-nvinject.toml".into()
-}
-fn default_shim() -> String {
-    "/usr/local/nvinject/bin/containerd-shim-nvinject-v2".into()
-}
-fn yes() -> bool {
-    true
-}
-
-fn fixtures() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut dirs: Vec<PathBuf> = fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("case.toml").exists())
-        .collect();
-    dirs.sort();
-    dirs
-}
-
-fn read_opt(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok()
-}
 
 fn load(dir: &Path) -> (Case, ConfigSources, RuntimeRequest) {
-    let case: Case = toml::from_str(&fs::read_to_string(dir.join("case.toml")).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("case.toml").display()));
+    let case = Case::read(dir);
     let sources = ConfigSources {
         main_path: case.main_path.clone(),
-        main: read_opt(&dir.join("before.toml")),
+        main: fs::read_to_string(dir.join("before.toml")).ok(),
         imported: case
             .imported
             .iter()
@@ -126,7 +57,7 @@ fn check_or_bless(path: &Path, actual: &str, failures: &mut Vec<String>) {
 
 #[test]
 fn every_fixture_plans_the_committed_result() {
-    let dirs = fixtures();
+    let dirs = fixture_dirs();
     assert!(dirs.len() >= 10, "fixtures missing: found {}", dirs.len());
     let mut failures = Vec::new();
     for dir in &dirs {
@@ -174,7 +105,7 @@ fn every_fixture_plans_the_committed_result() {
 
 #[test]
 fn planning_the_result_again_changes_nothing() {
-    for dir in fixtures() {
+    for dir in fixture_dirs() {
         let (case, mut sources, request) = load(&dir);
         if case.error.is_some() {
             continue;
@@ -192,7 +123,7 @@ fn planning_the_result_again_changes_nothing() {
 
 #[test]
 fn removing_the_import_restores_the_main_file_semantics() {
-    for dir in fixtures() {
+    for dir in fixture_dirs() {
         let (case, sources, request) = load(&dir);
         let (Some(before), None) = (&sources.main, &case.error) else { continue };
         let containerd = ContainerdVersion::parse(&case.containerd).unwrap();
@@ -242,7 +173,7 @@ fn remove_path(table: &mut toml::Table, path: &[&str]) {
 #[test]
 fn real_containerd_reads_every_1x_result_with_nothing_else_changed() {
     let mut checked = 0;
-    for dir in fixtures() {
+    for dir in fixture_dirs() {
         let (case, sources, request) = load(&dir);
         let containerd = ContainerdVersion::parse(&case.containerd).unwrap();
         if case.error.is_some() || containerd.major != 1 {

@@ -11,6 +11,8 @@
 //!
 //! Needs root (the simulated node's device nodes are made with mknod) and Debian's containerd.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
@@ -150,16 +152,28 @@ fn own_files_parse(root: &Path) -> Result<(), String> {
 
 fn fake_binaries() -> tempfile::TempDir {
     let src = tempfile::tempdir().unwrap();
-    for name in [
-        "containerd-shim-nvinject-v2",
-        "nvinject-hook",
-        "nvinject-cdi",
-        "nvinject-device-plugin",
-        "nvinject-installer",
-    ] {
-        fs::write(src.path().join(name), format!("#!/bin/sh\necho {name}\n")).unwrap();
-    }
+    common::write_binaries(src.path(), |name| format!("#!/bin/sh\necho {name}\n").into_bytes());
     src
+}
+
+/// Fails with the differences when `root`'s tree is not `expected`.
+fn assert_tree(root: &Path, expected: &BTreeMap<String, String>, what: &str) {
+    let now = snapshot(root);
+    assert!(now == *expected, "{what}:\n{}", diff(&now, expected));
+}
+
+/// After a kill at fault point `n`: containerd still loads its config and our files parse.
+fn configs_parse_after_kill(root: &Path, n: u64) {
+    containerd_parses(root)
+        .unwrap_or_else(|e| panic!("killed at point {n}: containerd cannot load its config: {e}"));
+    own_files_parse(root).unwrap_or_else(|e| panic!("killed at point {n}: {e}"));
+}
+
+fn assert_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (mknod for the simulated node); CI runs as root"
+    );
 }
 
 fn reference(src: &Path) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
@@ -173,12 +187,7 @@ fn reference(src: &Path) -> (BTreeMap<String, String>, BTreeMap<String, String>)
     );
     assert!(installed.contains_key("sim/host/dev/char/195:0"), "no /dev/char link written");
     installer("uninstall", &args, None);
-    let now = snapshot(dir.path());
-    assert!(
-        now == original,
-        "a clean install + uninstall does not restore the host:\n{}",
-        diff(&now, &original)
-    );
+    assert_tree(dir.path(), &original, "a clean install + uninstall does not restore the host");
     (original, installed)
 }
 
@@ -188,10 +197,7 @@ fn killed(status: std::process::ExitStatus) -> bool {
 
 #[test]
 fn a_kill_at_any_point_of_install_leaves_parseable_configs_and_a_rerun_converges() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root (mknod for the simulated node); CI runs as root"
-    );
+    assert_root();
     let src = fake_binaries();
     let (original, installed) = reference(src.path());
     let mut points = 0;
@@ -204,23 +210,11 @@ fn a_kill_at_any_point_of_install_leaves_parseable_configs_and_a_rerun_converges
             break;
         }
         points = n;
-        containerd_parses(root)
-            .unwrap_or_else(|e| panic!("killed at point {n}: containerd cannot load its config: {e}"));
-        own_files_parse(root).unwrap_or_else(|e| panic!("killed at point {n}: {e}"));
+        configs_parse_after_kill(root, n);
         installer("install", &args, None);
-        let now = snapshot(root);
-        assert!(
-            now == installed,
-            "killed at point {n}: the rerun did not converge:\n{}",
-            diff(&now, &installed)
-        );
+        assert_tree(root, &installed, &format!("killed at point {n}: the rerun did not converge"));
         installer("uninstall", &args, None);
-        let now = snapshot(root);
-        assert!(
-            now == original,
-            "killed at point {n}: uninstall did not restore the host:\n{}",
-            diff(&now, &original)
-        );
+        assert_tree(root, &original, &format!("killed at point {n}: uninstall did not restore the host"));
     }
     assert!(points >= 20, "only {points} fault points in an install: is the hook wired?");
     println!("install: killed at each of {points} fault points");
@@ -228,10 +222,7 @@ fn a_kill_at_any_point_of_install_leaves_parseable_configs_and_a_rerun_converges
 
 #[test]
 fn a_kill_at_any_point_of_uninstall_leaves_parseable_configs_and_a_rerun_finishes() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root (mknod for the simulated node); CI runs as root"
-    );
+    assert_root();
     let src = fake_binaries();
     let (original, _) = reference(src.path());
     let mut points = 0;
@@ -245,15 +236,12 @@ fn a_kill_at_any_point_of_uninstall_leaves_parseable_configs_and_a_rerun_finishe
             break;
         }
         points = n;
-        containerd_parses(root)
-            .unwrap_or_else(|e| panic!("killed at point {n}: containerd cannot load its config: {e}"));
-        own_files_parse(root).unwrap_or_else(|e| panic!("killed at point {n}: {e}"));
+        configs_parse_after_kill(root, n);
         installer("uninstall", &args, None);
-        let now = snapshot(root);
-        assert!(
-            now == original,
-            "killed at point {n}: the second uninstall did not restore the host:\n{}",
-            diff(&now, &original)
+        assert_tree(
+            root,
+            &original,
+            &format!("killed at point {n}: the second uninstall did not restore the host"),
         );
     }
     assert!(points >= 10, "only {points} fault points in an uninstall: is the hook wired?");

@@ -3,12 +3,15 @@
 //! fixture, edits made by others, restart only on change, the shim link, /dev/char links and the
 //! host lock.
 
-use std::cell::{Cell, RefCell};
+mod common;
+
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::{Case, FakeContainerd, fixture_dirs, write_binaries};
 use nvinject_installer::Error;
 use nvinject_installer::containerd::{ContainerdVersion, RuntimeMode};
 use nvinject_installer::fsx::FaultHook;
@@ -16,28 +19,7 @@ use nvinject_installer::install::{Installer, Settings, SpecGenerator, SpecReques
 use nvinject_installer::lock::HostLock;
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::runtime_config::ShimConfig;
-use nvinject_installer::service::{Containerd, Restarted};
-
-struct FakeContainerd {
-    version: ContainerdVersion,
-    restarts: Cell<u32>,
-}
-
-impl FakeContainerd {
-    fn new(version: &str) -> Self {
-        FakeContainerd { version: ContainerdVersion::parse(version).unwrap(), restarts: Cell::new(0) }
-    }
-}
-
-impl Containerd for FakeContainerd {
-    fn version(&self) -> nvinject_installer::Result<ContainerdVersion> {
-        Ok(self.version.clone())
-    }
-    fn restart(&self) -> nvinject_installer::Result<Restarted> {
-        self.restarts.set(self.restarts.get() + 1);
-        Ok(Restarted::Yes)
-    }
-}
+use nvinject_installer::service::Restarted;
 
 struct FixedSpec(RefCell<Vec<u8>>);
 
@@ -45,6 +27,34 @@ impl SpecGenerator for FixedSpec {
     fn generate(&self, request: &SpecRequest) -> nvinject_installer::Result<Vec<u8>> {
         assert_eq!(request.hook_path, "/usr/local/nvinject/bin/nvinject-hook");
         Ok(self.0.borrow().clone())
+    }
+}
+
+/// The installer's edges in a test: a fake containerd, a fixed CDI spec (`{}` unless set), and
+/// no fault points.
+struct Edges {
+    containerd: FakeContainerd,
+    spec: FixedSpec,
+    hook: FaultHook,
+}
+
+impl Edges {
+    fn new(containerd: &str) -> Edges {
+        Edges {
+            containerd: FakeContainerd::new(containerd),
+            spec: FixedSpec(RefCell::new(b"{}\n".to_vec())),
+            hook: FaultHook::none(),
+        }
+    }
+
+    fn installer(&self, settings: Settings) -> Installer<'_> {
+        Installer {
+            settings,
+            containerd: &self.containerd,
+            spec: Some(&self.spec),
+            runtime_config: &ShimConfig,
+            hook: &self.hook,
+        }
     }
 }
 
@@ -69,15 +79,7 @@ impl Host {
         }
         let src = dir.path().join("src");
         fs::create_dir_all(&src).unwrap();
-        for name in [
-            "containerd-shim-nvinject-v2",
-            "nvinject-hook",
-            "nvinject-cdi",
-            "nvinject-device-plugin",
-            "nvinject-installer",
-        ] {
-            fs::write(src.join(name), format!("#!/bin/sh\n# {name}\n")).unwrap();
-        }
+        write_binaries(&src, |name| format!("#!/bin/sh\n# {name}\n").into_bytes());
         Host { dir }
     }
 
@@ -129,22 +131,12 @@ fn snapshot(root: &Path) -> BTreeMap<String, String> {
 const DEBIAN_CONFIG: &str = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    \
                              [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = \"/usr/lib/cni\"\n";
 
-fn installer<'a>(
-    settings: Settings,
-    containerd: &'a FakeContainerd,
-    spec: &'a FixedSpec,
-    hook: &'a FaultHook,
-) -> Installer<'a> {
-    Installer { settings, containerd, spec: Some(spec), runtime_config: &ShimConfig, hook }
-}
-
 #[test]
 fn a_second_install_writes_nothing_and_restarts_nothing() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{\"cdiVersion\":\"0.6.0\"}\n".to_vec()));
-    let hook = FaultHook::none();
-    let first = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let edges = Edges::new("1.7.20");
+    *edges.spec.0.borrow_mut() = b"{\"cdiVersion\":\"0.6.0\"}\n".to_vec();
+    let first = edges.installer(host.settings()).install().unwrap();
     assert_eq!(first.restart, Some(Restarted::Yes));
     assert_eq!(first.mode, RuntimeMode::RuntimePath);
     assert!(
@@ -155,60 +147,36 @@ fn a_second_install_writes_nothing_and_restarts_nothing() {
     assert!(first.written.contains(&"/var/run/cdi/nvidia.com-gpu.json".to_owned()));
     let after_first = snapshot(&host.root());
 
-    let second = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let second = edges.installer(host.settings()).install().unwrap();
     assert!(second.written.is_empty(), "second install wrote {:?}", second.written);
     assert_eq!(second.restart, None);
-    assert_eq!(containerd.restarts.get(), 1, "containerd restarted although nothing changed");
+    assert_eq!(edges.containerd.restarts.get(), 1, "containerd restarted although nothing changed");
     assert_eq!(snapshot(&host.root()), after_first);
 }
 
 #[test]
 fn only_a_containerd_change_restarts_containerd() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let containerd = FakeContainerd::new("2.1.4");
-    let spec = FixedSpec(RefCell::new(b"spec v1\n".to_vec()));
-    let hook = FaultHook::none();
-    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
-    assert_eq!(containerd.restarts.get(), 1);
+    let edges = Edges::new("2.1.4");
+    *edges.spec.0.borrow_mut() = b"spec v1\n".to_vec();
+    edges.installer(host.settings()).install().unwrap();
+    assert_eq!(edges.containerd.restarts.get(), 1);
 
     // A new driver: the spec changes, containerd's config does not.
-    *spec.0.borrow_mut() = b"spec v2\n".to_vec();
-    let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    *edges.spec.0.borrow_mut() = b"spec v2\n".to_vec();
+    let report = edges.installer(host.settings()).install().unwrap();
     assert_eq!(report.written, vec!["/var/run/cdi/nvidia.com-gpu.json".to_owned()]);
-    assert_eq!(containerd.restarts.get(), 1);
+    assert_eq!(edges.containerd.restarts.get(), 1);
 
     // --set-as-default changes the drop-in: restart.
     let mut settings = host.settings();
     settings.set_as_default = true;
-    let report = installer(settings, &containerd, &spec, &hook).install().unwrap();
+    let report = edges.installer(settings).install().unwrap();
     assert_eq!(report.written, vec!["/etc/containerd/conf.d/99-nvinject.toml".to_owned()]);
-    assert_eq!(containerd.restarts.get(), 2);
+    assert_eq!(edges.containerd.restarts.get(), 2);
     assert!(
         host.read("/etc/containerd/conf.d/99-nvinject.toml").contains("default_runtime_name = \"nvidia\"")
     );
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    containerd: String,
-    #[serde(default)]
-    set_as_default: bool,
-    drop_in_path: Option<String>,
-    error: Option<String>,
-    #[serde(default = "yes")]
-    drop_in_dir_exists: bool,
-    #[serde(default)]
-    imported: Vec<Imported>,
-}
-
-#[derive(serde::Deserialize)]
-struct Imported {
-    path: String,
-    file: String,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// Every fixture, installed for real on a temp host: the files written are the fixture's expected
@@ -216,16 +184,9 @@ fn yes() -> bool {
 /// like a missing `conf.d`, included).
 #[test]
 fn every_fixture_installs_its_expected_files_and_uninstalls_to_the_same_tree() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut dirs: Vec<PathBuf> = fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("case.toml").exists())
-        .collect();
-    dirs.sort();
     let mut checked = 0;
-    for dir in dirs {
-        let case: Case = toml::from_str(&fs::read_to_string(dir.join("case.toml")).unwrap()).unwrap();
+    for dir in fixture_dirs() {
+        let case = Case::read(&dir);
         let before = fs::read_to_string(dir.join("before.toml")).ok();
         let host = Host::new(before.as_deref(), case.drop_in_dir_exists);
         for i in &case.imported {
@@ -235,15 +196,12 @@ fn every_fixture_installs_its_expected_files_and_uninstalls_to_the_same_tree() {
         }
         let mut settings = host.settings();
         settings.set_as_default = case.set_as_default;
-        let drop_in =
-            case.drop_in_path.clone().unwrap_or_else(|| "/etc/containerd/conf.d/99-nvinject.toml".into());
-        settings.drop_in_dir = Path::new(&drop_in).parent().unwrap().to_string_lossy().into_owned();
-        let containerd = FakeContainerd::new(&case.containerd);
-        let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-        let hook = FaultHook::none();
+        let drop_in = case.drop_in_path.as_str();
+        settings.drop_in_dir = Path::new(drop_in).parent().unwrap().to_string_lossy().into_owned();
+        let edges = Edges::new(&case.containerd);
         let original = snapshot(&host.root());
 
-        let result = installer(settings.clone(), &containerd, &spec, &hook).install();
+        let result = edges.installer(settings.clone()).install();
         if let Some(expected) = &case.error {
             let err = result.err().unwrap_or_else(|| panic!("{}: installed", dir.display()));
             assert!(err.to_string().contains(expected.as_str()), "{}: {err}", dir.display());
@@ -257,7 +215,7 @@ fn every_fixture_installs_its_expected_files_and_uninstalls_to_the_same_tree() {
         }
         result.unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         assert_eq!(
-            host.read(&drop_in),
+            host.read(drop_in),
             fs::read_to_string(dir.join("after-dropin.toml")).unwrap(),
             "{}",
             dir.display()
@@ -268,10 +226,10 @@ fn every_fixture_installs_its_expected_files_and_uninstalls_to_the_same_tree() {
             "{}",
             dir.display()
         );
-        let uninstall = installer(settings, &containerd, &spec, &hook).uninstall().unwrap();
+        let uninstall = edges.installer(settings).uninstall().unwrap();
         assert_eq!(uninstall.restart, Some(Restarted::Yes), "{}", dir.display());
         assert_eq!(snapshot(&host.root()), original, "{}: uninstall did not restore the host", dir.display());
-        assert_eq!(containerd.restarts.get(), 2, "{}", dir.display());
+        assert_eq!(edges.containerd.restarts.get(), 2, "{}", dir.display());
         checked += 1;
     }
     assert!(checked >= 12, "only {checked} fixtures installed");
@@ -280,10 +238,8 @@ fn every_fixture_installs_its_expected_files_and_uninstalls_to_the_same_tree() {
 #[test]
 fn uninstall_keeps_an_operators_later_edit_and_removes_only_our_import() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let containerd = FakeContainerd::new("1.6.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let edges = Edges::new("1.6.20");
+    edges.installer(host.settings()).install().unwrap();
     let main = host.root().join("etc/containerd/config.toml");
     let edited = fs::read_to_string(&main).unwrap()
         + "\n# tuned by the operator\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n";
@@ -291,7 +247,7 @@ fn uninstall_keeps_an_operators_later_edit_and_removes_only_our_import() {
     let config = host.root().join("etc/nvinject/config.toml");
     fs::write(&config, "[requests]\naccept-env-unprivileged = true\n").unwrap();
 
-    let report = installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
+    let report = edges.installer(host.settings()).uninstall().unwrap();
     let now = fs::read_to_string(&main).unwrap();
     assert!(!now.contains("99-nvinject.toml"), "{now}");
     assert!(now.contains("# tuned by the operator") && now.contains("certs.d"), "{now}");
@@ -305,24 +261,21 @@ fn uninstall_keeps_an_operators_later_edit_and_removes_only_our_import() {
 #[test]
 fn old_containerd_gets_the_shim_on_its_path_and_uninstall_removes_the_link() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let containerd =
-        FakeContainerd::new("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let edges = Edges::new("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3");
+    let report = edges.installer(host.settings()).install().unwrap();
     assert_eq!(report.mode, RuntimeMode::ShimType);
     let link = host.root().join("usr/local/bin/containerd-shim-nvinject-v2");
     assert_eq!(
         fs::read_link(&link).unwrap(),
         Path::new("/usr/local/nvinject/bin/containerd-shim-nvinject-v2")
     );
-    installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
+    edges.installer(host.settings()).uninstall().unwrap();
     assert!(fs::symlink_metadata(&link).is_err());
 
     // Someone else's file in the way is an error that names it, and nothing is half-installed.
     fs::write(&link, "other").unwrap();
     let before = snapshot(&host.root());
-    let err = installer(host.settings(), &containerd, &spec, &hook).install().unwrap_err();
+    let err = edges.installer(host.settings()).install().unwrap_err();
     assert!(err.to_string().contains("containerd-shim-nvinject-v2"), "{err}");
     assert_eq!(snapshot(&host.root()), before);
 }
@@ -330,28 +283,24 @@ fn old_containerd_gets_the_shim_on_its_path_and_uninstall_removes_the_link() {
 #[test]
 fn a_bad_config_fails_before_anything_is_written() {
     let host = Host::new(Some("version = 2\n[plugins\n"), true);
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
+    let edges = Edges::new("1.7.20");
     let before = snapshot(&host.root());
-    let err = installer(host.settings(), &containerd, &spec, &hook).install().unwrap_err();
+    let err = edges.installer(host.settings()).install().unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("/etc/containerd/config.toml") && message.contains("not valid TOML"),
         "{message}"
     );
     assert_eq!(snapshot(&host.root()), before);
-    assert_eq!(containerd.restarts.get(), 0);
+    assert_eq!(edges.containerd.restarts.get(), 0);
 }
 
 #[test]
 fn a_missing_required_binary_is_named() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
     fs::remove_file(host.dir.path().join("src/nvinject-hook")).unwrap();
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    let err = installer(host.settings(), &containerd, &spec, &hook).install().unwrap_err();
+    let edges = Edges::new("1.7.20");
+    let err = edges.installer(host.settings()).install().unwrap_err();
     assert!(matches!(err, Error::MissingBinary { .. }), "{err}");
     assert!(err.to_string().contains("nvinject-hook"));
 }
@@ -360,10 +309,8 @@ fn a_missing_required_binary_is_named() {
 fn another_installer_holding_the_lock_is_named() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
     let _held = HostLock::acquire(&host.root().join("run/nvinject-installer.lock"), Duration::ZERO).unwrap();
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    let err = installer(host.settings(), &containerd, &spec, &hook).install().unwrap_err();
+    let edges = Edges::new("1.7.20");
+    let err = edges.installer(host.settings()).install().unwrap_err();
     assert!(matches!(err, Error::Locked { .. }), "{err}");
     assert!(err.to_string().contains(&format!("pid {}", std::process::id())), "{err}");
     assert!(!host.root().join("etc/containerd/conf.d/99-nvinject.toml").exists());
@@ -372,14 +319,12 @@ fn another_installer_holding_the_lock_is_named() {
 #[test]
 fn changing_the_drop_in_dir_moves_the_drop_in() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
+    let edges = Edges::new("1.7.20");
     let original = snapshot(&host.root());
-    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    edges.installer(host.settings()).install().unwrap();
     let mut moved = host.settings();
     moved.drop_in_dir = "/etc/containerd/nvinject.d".into();
-    installer(moved.clone(), &containerd, &spec, &hook).install().unwrap();
+    edges.installer(moved.clone()).install().unwrap();
     assert!(!host.root().join("etc/containerd/conf.d/99-nvinject.toml").exists());
     assert!(host.root().join("etc/containerd/nvinject.d/99-nvinject.toml").exists());
     let main = host.read("/etc/containerd/config.toml");
@@ -387,7 +332,7 @@ fn changing_the_drop_in_dir_moves_the_drop_in() {
         main.contains("nvinject.d/99-nvinject.toml") && !main.contains("conf.d/99-nvinject.toml"),
         "{main}"
     );
-    installer(moved, &containerd, &spec, &hook).uninstall().unwrap();
+    edges.installer(moved).uninstall().unwrap();
     assert_eq!(snapshot(&host.root()), original);
 }
 
@@ -400,11 +345,9 @@ fn a_linked_main_config_stays_a_link_and_its_target_is_edited_and_restored() {
     let link = host.root().join("etc/containerd/config.toml");
     std::os::unix::fs::symlink("/srv/managed/containerd.toml", &link).unwrap();
     let original = snapshot(&host.root());
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
+    let edges = Edges::new("1.7.20");
 
-    let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let report = edges.installer(host.settings()).install().unwrap();
     assert!(report.written.contains(&"/srv/managed/containerd.toml".to_owned()), "{:?}", report.written);
     assert_eq!(
         fs::read_link(&link).unwrap(),
@@ -412,10 +355,10 @@ fn a_linked_main_config_stays_a_link_and_its_target_is_edited_and_restored() {
         "the link was replaced"
     );
     assert!(host.read("/srv/managed/containerd.toml").contains("/etc/containerd/conf.d/99-nvinject.toml"));
-    let again = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let again = edges.installer(host.settings()).install().unwrap();
     assert!(again.written.is_empty(), "{:?}", again.written);
 
-    installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
+    edges.installer(host.settings()).uninstall().unwrap();
     assert_eq!(snapshot(&host.root()), original);
 }
 
@@ -428,10 +371,8 @@ fn the_drop_in_is_no_more_readable_than_the_main_config() {
     let host = Host::new(Some(config), true);
     let main = host.root().join("etc/containerd/config.toml");
     fs::set_permissions(&main, fs::Permissions::from_mode(0o600)).unwrap();
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let edges = Edges::new("1.7.20");
+    edges.installer(host.settings()).install().unwrap();
     let drop_in = host.root().join("etc/containerd/conf.d/99-nvinject.toml");
     assert!(fs::read_to_string(&drop_in).unwrap().contains("s3cret"), "the CRI section is repeated");
     assert_eq!(fs::metadata(&drop_in).unwrap().permissions().mode() & 0o777, 0o600);
@@ -439,7 +380,7 @@ fn the_drop_in_is_no_more_readable_than_the_main_config() {
 
     // Without a main file (or a readable one) the drop-in is 0644 like containerd's own config.
     let host = Host::new(None, true);
-    installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    edges.installer(host.settings()).install().unwrap();
     let drop_in = host.root().join("etc/containerd/conf.d/99-nvinject.toml");
     assert_eq!(fs::metadata(&drop_in).unwrap().permissions().mode() & 0o777, 0o644);
 }
@@ -491,14 +432,12 @@ fn dev_char_links_point_at_the_nvidia_nodes_and_go_on_uninstall() {
     fs::create_dir_all(dev.join("char")).unwrap();
     std::os::unix::fs::symlink("../nvidiactl", dev.join("char/195:255")).unwrap();
     let original = snapshot(&host.root());
-    let containerd = FakeContainerd::new("1.7.20");
-    let spec = FixedSpec(RefCell::new(b"{}\n".to_vec()));
-    let hook = FaultHook::none();
-    let report = installer(host.settings(), &containerd, &spec, &hook).install().unwrap();
+    let edges = Edges::new("1.7.20");
+    let report = edges.installer(host.settings()).install().unwrap();
     assert_eq!(fs::read_link(dev.join("char/195:0")).unwrap(), Path::new("../nvidia0"));
     assert_eq!(fs::read_link(dev.join("char/237:1")).unwrap(), Path::new("../nvidia-caps/nvidia-cap1"));
     assert!(fs::metadata(dev.join("char/195:0")).unwrap().file_type().is_char_device());
     assert!(!report.written.contains(&"/dev/char/195:255".to_owned()), "the existing link is not ours");
-    installer(host.settings(), &containerd, &spec, &hook).uninstall().unwrap();
+    edges.installer(host.settings()).uninstall().unwrap();
     assert_eq!(snapshot(&host.root()), original, "only our links go; the one udev made stays");
 }

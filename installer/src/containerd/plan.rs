@@ -102,8 +102,6 @@ pub enum MainChange {
 /// The planned change.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The main file's config version (or the one a created file gets).
-    pub config_version: ConfigVersion,
     /// How the runtime entry starts our shim.
     pub mode: RuntimeMode,
     /// Full text of the drop-in.
@@ -163,12 +161,12 @@ pub fn plan(
         }
     }
     warn_if_cri_disabled(&files, version, &mut warnings);
-    let existing_handler = find_handler(&files, cri_key, &request.handler)?;
-    if let Some((path, table)) = &existing_handler {
+    if let Some(path) = handler_file(&files, cri_key, &request.handler) {
+        let table = format!("plugins.\"{cri_key}\".containerd.runtimes.{}", request.handler);
         if containerd.merges_plugin_sections() {
             return Err(PlanError::HandlerDefined {
-                path: path.clone(),
-                table: table.clone(),
+                path,
+                table,
                 handler: request.handler.clone(),
                 containerd: containerd.clone(),
             });
@@ -186,11 +184,11 @@ pub fn plan(
     let base = base_runtime(effective.as_ref(), &request.handler);
     let runtime = runtime_table(mode, request, base.as_ref(), containerd, &mut warnings);
 
-    let source_label = effective_source(&files, cri_key, containerd.merges_plugin_sections());
     let drop_in = if containerd.merges_plugin_sections() {
         render_merged_drop_in(declared, cri_key, runtime, request)
     } else {
-        render_replacing_drop_in(declared, cri_key, effective, runtime, request, source_label.as_deref())?
+        let source = effective_source(&files, cri_key);
+        render_replacing_drop_in(declared, cri_key, effective, runtime, request, source.as_deref())?
     };
 
     let main_change = match main {
@@ -204,7 +202,7 @@ pub fn plan(
             }
         }
     };
-    Ok(Plan { config_version: version, mode, drop_in, main: main_change, warnings })
+    Ok(Plan { mode, drop_in, main: main_change, warnings })
 }
 
 /// Removes our drop-in from the main file's `imports`; `None` when it was not there.
@@ -281,12 +279,7 @@ pub fn effective_runtime(
             .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
             .unwrap_or_default()
     };
-    let defined_in = files
-        .iter()
-        .rev()
-        .find(|f| handler_table(f, cri_key, handler).is_some())
-        .map(|f| f.path.clone())
-        .unwrap_or_default();
+    let defined_in = handler_file(&files, cri_key, handler).unwrap_or_default();
     Ok(Some(EffectiveRuntime {
         runtime_type: runtime.get("runtime_type").and_then(Item::as_str).map(str::to_owned),
         runtime_path: runtime.get("runtime_path").and_then(Item::as_str).map(str::to_owned),
@@ -332,17 +325,9 @@ fn handler_table<'a>(file: &'a Parsed, cri_key: &str, handler: &str) -> Option<&
         .get(handler)
 }
 
-/// The last file (in load order) that defines `runtimes.<handler>`, with the table's dotted path.
-fn find_handler(
-    files: &[&Parsed],
-    cri_key: &str,
-    handler: &str,
-) -> Result<Option<(String, String)>, PlanError> {
-    Ok(files
-        .iter()
-        .rev()
-        .find(|f| handler_table(f, cri_key, handler).is_some())
-        .map(|f| (f.path.clone(), format!("plugins.\"{cri_key}\".containerd.runtimes.{handler}"))))
+/// The path of the last file (in load order) that defines `runtimes.<handler>`.
+fn handler_file(files: &[&Parsed], cri_key: &str, handler: &str) -> Option<String> {
+    files.iter().rev().find(|f| handler_table(f, cri_key, handler).is_some()).map(|f| f.path.clone())
 }
 
 fn warn_if_cri_disabled(files: &[&Parsed], version: ConfigVersion, warnings: &mut Vec<String>) {
@@ -381,11 +366,9 @@ fn effective_cri(files: &[&Parsed], cri_key: &str, merges: bool) -> Result<Optio
     Ok(effective)
 }
 
-/// Where the copied CRI section comes from (the last file defining it), for the drop-in header.
-fn effective_source(files: &[&Parsed], cri_key: &str, merges: bool) -> Option<String> {
-    if merges {
-        return None;
-    }
+/// Where the copied CRI section comes from on 1.x (the last file defining it), for the drop-in
+/// header.
+fn effective_source(files: &[&Parsed], cri_key: &str) -> Option<String> {
     files.iter().rev().find(|f| plugin_item(f, cri_key).is_some()).map(|f| f.path.clone())
 }
 
