@@ -229,7 +229,7 @@ fn plain_is_safe(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{ContainerEdits, Device, DeviceNode, Hook};
+    use crate::spec::{Device, Hook};
 
     fn sample() -> Spec {
         let mut spec = Spec {
@@ -237,22 +237,7 @@ mod tests {
             kind: "nvidia.com/gpu".into(),
             devices: ["0", "0:1", "GPU-4c1d890a", "yes", "all"]
                 .iter()
-                .map(|n| Device {
-                    name: (*n).into(),
-                    container_edits: ContainerEdits {
-                        device_nodes: vec![DeviceNode {
-                            path: "/dev/nvidia0".into(),
-                            device_type: Some("c".into()),
-                            major: Some(195),
-                            minor: Some(0),
-                            file_mode: Some(0o666),
-                            permissions: Some("rw".into()),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                })
+                .map(|n| crate::spec::gpu0_device(n))
                 .collect(),
             ..Default::default()
         };

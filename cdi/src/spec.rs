@@ -213,3 +213,25 @@ pub struct NetDevice {
     /// Interface name inside the container.
     pub name: String,
 }
+
+/// Test fixture shared by the crate's unit tests: a device named `name` holding `/dev/nvidia0`
+/// with every field a complete spec needs.
+#[cfg(test)]
+pub(crate) fn gpu0_device(name: &str) -> Device {
+    Device {
+        name: name.into(),
+        container_edits: ContainerEdits {
+            device_nodes: vec![DeviceNode {
+                path: "/dev/nvidia0".into(),
+                device_type: Some("c".into()),
+                major: Some(195),
+                minor: Some(0),
+                file_mode: Some(0o666),
+                permissions: Some("rw".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}

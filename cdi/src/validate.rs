@@ -273,28 +273,13 @@ fn annotation_key_problem(key: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Device, DeviceNode, Hook, Mount};
+    use crate::spec::{Hook, Mount};
 
     fn valid() -> Spec {
         Spec {
             cdi_version: "0.6.0".into(),
             kind: "nvidia.com/gpu".into(),
-            devices: vec![Device {
-                name: "0".into(),
-                container_edits: ContainerEdits {
-                    device_nodes: vec![DeviceNode {
-                        path: "/dev/nvidia0".into(),
-                        device_type: Some("c".into()),
-                        major: Some(195),
-                        minor: Some(0),
-                        file_mode: Some(0o666),
-                        permissions: Some("rw".into()),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                },
-                ..Default::default()
-            }],
+            devices: vec![crate::spec::gpu0_device("0")],
             container_edits: ContainerEdits {
                 mounts: vec![Mount {
                     host_path: "/usr/lib/libcuda.so.1".into(),
