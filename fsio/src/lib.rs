@@ -3,6 +3,9 @@
 //! the bytes go to a hidden temp file in the same directory and are renamed over the target, so a
 //! reader, a crash or a `kill -9` at any moment finds the old file or the new one, never half of one.
 //!
+//! [`root`] is the other half: reading and writing inside a tree someone else controls (a
+//! container's rootfs, an installer's host root) without ever leaving it.
+//!
 //! Boundary: this crate does the file-system calls of a replacement and nothing else. How durable
 //! a write is, which mode it gets, whether directories are made and whether an existing file keeps
 //! its mode and owner are the caller's choice ([`WriteOptions`]), because the callers differ on
@@ -12,6 +15,7 @@
 //! rename ([`remove_stale_temps`]).
 
 mod error;
+pub mod root;
 mod temp;
 mod write;
 
