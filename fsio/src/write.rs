@@ -32,7 +32,7 @@ pub struct WriteOptions {
     pub mode: u32,
     /// What is flushed to disk.
     pub durability: Durability,
-    /// Whether missing parent directories are created (mode 0755 less the umask).
+    /// Whether missing parent directories are created (mode exactly 0755, whatever the umask).
     pub create_dirs: bool,
     /// Whether an existing file keeps its permission bits and owner instead of getting `mode` and
     /// the writer's owner (a config file an administrator made 0600 stays 0600).
@@ -182,7 +182,7 @@ fn write_with(
     let err = |step: &'static str| move |source| WriteError::new(path, step, source);
     let (dir, name) = split(path)?;
     if options.create_dirs {
-        fs::create_dir_all(dir)
+        create_dirs_exact(dir, 0o755)
             .map_err(|e| match e.kind() {
                 // create_dir_all reports a file in the way as EEXIST; say what it means.
                 io::ErrorKind::AlreadyExists => io::Error::new(
@@ -230,10 +230,40 @@ fn write_with(
     Ok(())
 }
 
+/// `create_dir_all`, with every directory it creates given exactly `mode`: under `umask 000` a plain
+/// `create_dir_all` would leave world-writable directories above files root reads.
+fn create_dirs_exact(dir: &Path, mode: u32) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dirs_exact(parent, mode)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::ffi::OsString;
+
+    #[test]
+    fn created_directories_get_0755_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("a/b/spec.json");
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o000));
+        let result = write_atomic(&target, b"{}", &WriteOptions::new(0o644).create_dirs(true));
+        nix::sys::stat::umask(old);
+        result.unwrap();
+        for d in ["a", "a/b"] {
+            assert_eq!(fs::metadata(dir.path().join(d)).unwrap().mode() & 0o7777, 0o755, "{d}");
+        }
+        assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o644);
+    }
 
     fn names(dir: &Path) -> Vec<OsString> {
         let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
