@@ -116,6 +116,11 @@ pub struct RegenerateConfig {
     /// The spec file the shim keeps present: generated (with the roots above) when a device is
     /// requested and the file is missing, e.g. after a reboot emptied `/var/run/cdi`.
     pub spec_path: Option<PathBuf>,
+    /// Root-only directory (made 0700) holding the spec locks (0600), never next to the spec: a
+    /// lock any user can open is a lock any user can hold, and hold every GPU Create with it.
+    pub lock_dir: PathBuf,
+    /// Seconds a Create waits for the spec lock before it fails naming the lock file.
+    pub lock_timeout_secs: u64,
 }
 
 impl Default for RegenerateConfig {
@@ -129,6 +134,8 @@ impl Default for RegenerateConfig {
             nvml_lib: None,
             hook_path: None,
             spec_path: None,
+            lock_dir: PathBuf::from("/run/nvinject/locks"),
+            lock_timeout_secs: 10,
         }
     }
 }
@@ -276,6 +283,8 @@ mod tests {
             nvml-lib = "/usr/lib/libnvidia-ml.so.1"
             hook-path = "/usr/local/nvinject/bin/nvinject-hook"
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
+            lock-dir = "/run/x/locks"
+            lock-timeout-secs = 3
             "#,
         )
         .unwrap();
@@ -285,6 +294,8 @@ mod tests {
         assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
         assert_eq!(c.regenerate.sys_root, PathBuf::from("/host/sys"));
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
+        assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
+        assert_eq!(c.regenerate.lock_timeout_secs, 3);
     }
 
     #[test]
