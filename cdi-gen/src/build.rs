@@ -296,6 +296,8 @@ impl Builder<'_> {
             hook_name: "createContainer".into(),
             path: self.opts.choices.hook_path.clone(),
             args,
+            // Explicit, so runc never hands the hook the container's environment.
+            env: nvinject_cdi::minimal_hook_env(),
             ..Default::default()
         })
     }

@@ -11,14 +11,18 @@
 //!   spec sets none, and char/block nodes get a device-cgroup allow rule (`rwm` unless the spec says);
 //! - a mount replaces any mount at the same destination, and afterwards all mounts are stably
 //!   sorted by destination depth so parents are mounted before their children;
-//! - hooks are appended under their hook point; additional gids are added once each (0 ignored).
+//! - hooks are appended under their hook point; additional gids are added once each (0 ignored);
+//! - unlike the reference library, a hook without `env` gets [`HOOK_ENV`] instead of nothing:
+//!   runc hands a hook with no `env` the container's environment, so an image's loader variables
+//!   (`LD_PRELOAD`, ...) would run image code as root on the host in a hook another tool's spec
+//!   declared. A hook that sets `env` keeps exactly its own.
 //!
 //! Applying never looks at the host: the spec must be complete (a char or block node without type,
 //! major or minor is an error, not a reason to `stat`).
 
 use serde_json::{Map, Value, json};
 
-use crate::spec::{ContainerEdits, DeviceNode, Hook, Mount};
+use crate::spec::{ContainerEdits, DeviceNode, HOOK_ENV, Hook, Mount};
 
 /// The OCI spec has a value of the wrong type where an edit must go, or an edit is incomplete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -280,7 +284,9 @@ fn oci_hook(hook: &Hook) -> Value {
     if !hook.args.is_empty() {
         h.insert("args".into(), json!(hook.args));
     }
-    if !hook.env.is_empty() {
+    if hook.env.is_empty() {
+        h.insert("env".into(), json!(HOOK_ENV));
+    } else {
         h.insert("env".into(), json!(hook.env));
     }
     if let Some(t) = hook.timeout {
@@ -412,6 +418,36 @@ mod tests {
             json!({"destination": "/usr/bin/nvidia-smi", "source": "/drv/usr/bin/nvidia-smi",
             "options": ["ro", "nosuid", "nodev", "bind"]})
         );
+    }
+
+    fn bare_hook(env: Vec<String>) -> ContainerEdits {
+        ContainerEdits {
+            hooks: vec![Hook {
+                hook_name: "createRuntime".into(),
+                path: "/opt/other/hook".into(),
+                args: vec!["hook".into()],
+                env,
+                timeout: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_hook_without_env_gets_the_minimal_env_not_the_containers() {
+        let mut oci = base();
+        oci["process"]["env"] = json!(["LD_PRELOAD=/proc/self/cwd/evil.so", "PATH=/bin"]);
+        apply_edits(&mut oci, &bare_hook(vec![])).unwrap();
+        let env = &oci["hooks"]["createRuntime"][0]["env"];
+        assert_eq!(env, &json!(HOOK_ENV));
+        assert!(!env.to_string().contains("LD_"), "{env}");
+    }
+
+    #[test]
+    fn a_hook_with_its_own_env_keeps_exactly_it() {
+        let mut oci = base();
+        apply_edits(&mut oci, &bare_hook(vec!["A=1".into()])).unwrap();
+        assert_eq!(oci["hooks"]["createRuntime"][0]["env"], json!(["A=1"]));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub use codec::{Format, ParseError};
 pub use load::{SpecError, load_file, parse_and_validate};
 pub use name::{Kind, NameError, QualifiedName};
 pub use registry::{DEFAULT_SPEC_DIRS, Registry, ResolveError, Resolved};
-pub use spec::{ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec};
+pub use spec::{
+    ContainerEdits, Device, DeviceNode, HOOK_ENV, Hook, IntelRdt, Mount, NetDevice, Spec, minimal_hook_env,
+};
 pub use validate::{Problem, validate};
 pub use version::{CdiVersion, minimum_version};

@@ -157,6 +157,17 @@ pub struct Mount {
     pub options: Vec<String>,
 }
 
+/// The whole environment of every hook nvinject writes, and of any applied hook whose spec sets
+/// none. A hook without `env` gets the container's environment from runc (image `LD_PRELOAD`,
+/// `LD_LIBRARY_PATH`, `LD_AUDIT`, `GCONV_PATH`, ...), and the dynamic loader acts on it as uid 0
+/// on the host before the hook's `main` can clear anything; so hooks get a fixed `PATH` and nothing else.
+pub const HOOK_ENV: [&str; 1] = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
+
+/// [`HOOK_ENV`] as owned strings, for a [`Hook::env`].
+pub fn minimal_hook_env() -> Vec<String> {
+    HOOK_ENV.iter().map(|s| (*s).to_owned()).collect()
+}
+
 /// An OCI hook to add.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -151,7 +151,12 @@ fn s2_env_requests_are_honoured_for_privileged_containers_only() {
 #[test]
 fn s3_volume_mount_requests_name_devices_by_uuid() {
     let _s = serial();
-    let node = node("h100x8");
+    // Volume-mount requests are off by default (as NVIDIA's toolkit); this scenario turns them on.
+    let node = GpuNode::start(&NodeOptions {
+        config_extra: "[requests]\naccept-nvidia-visible-devices-as-volume-mounts = true\n".into(),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("node setup: {e}"));
     let uuid = node.gpu_uuid(3);
     let mount =
         format!("type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/{uuid},options=rbind:ro");

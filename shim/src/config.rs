@@ -58,13 +58,16 @@ pub struct RequestsConfig {
     /// any pod can set an environment variable, so this would let it bypass the scheduler.
     pub accept_env_unprivileged: bool,
     /// Honour `/dev/null` mounts at `/var/run/nvidia-container-devices/<id>` (the device plugin's
-    /// volume-mounts strategy).
+    /// volume-mounts strategy). Off by default, as NVIDIA's toolkit: any pod can ask for a
+    /// hostPath `/dev/null` mount at that path, so on its own it would bypass the scheduler. The
+    /// key is NVIDIA's (`accept-nvidia-visible-devices-as-volume-mounts`).
+    #[serde(rename = "accept-nvidia-visible-devices-as-volume-mounts")]
     pub accept_volume_mounts: bool,
 }
 
 impl Default for RequestsConfig {
     fn default() -> Self {
-        RequestsConfig { accept_env_unprivileged: false, accept_volume_mounts: true }
+        RequestsConfig { accept_env_unprivileged: false, accept_volume_mounts: false }
     }
 }
 
@@ -113,6 +116,11 @@ pub struct RegenerateConfig {
     /// The spec file the shim keeps present: generated (with the roots above) when a device is
     /// requested and the file is missing, e.g. after a reboot emptied `/var/run/cdi`.
     pub spec_path: Option<PathBuf>,
+    /// Root-only directory (made 0700) holding the spec locks (0600), never next to the spec: a
+    /// lock any user can open is a lock any user can hold, and hold every GPU Create with it.
+    pub lock_dir: PathBuf,
+    /// Seconds a Create waits for the spec lock before it fails naming the lock file.
+    pub lock_timeout_secs: u64,
 }
 
 impl Default for RegenerateConfig {
@@ -126,6 +134,8 @@ impl Default for RegenerateConfig {
             nvml_lib: None,
             hook_path: None,
             spec_path: None,
+            lock_dir: PathBuf::from("/run/nvinject/locks"),
+            lock_timeout_secs: 10,
         }
     }
 }
@@ -245,7 +255,7 @@ mod tests {
         assert_eq!(c, Config::default());
         assert_eq!(c.cdi.spec_dirs, [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]);
         assert!(!c.requests.accept_env_unprivileged);
-        assert!(c.requests.accept_volume_mounts);
+        assert!(!c.requests.accept_volume_mounts);
         assert!(c.regenerate.enabled);
     }
 
@@ -259,7 +269,7 @@ mod tests {
             annotation-prefixes = ["cdi.k8s.io/", "x.io/"]
             [requests]
             accept-env-unprivileged = true
-            accept-volume-mounts = false
+            accept-nvidia-visible-devices-as-volume-mounts = true
             [runtime]
             delegate = "/opt/bin/containerd-shim-runc-v2"
             log-file = "/var/log/nvinject/shim.log"
@@ -273,15 +283,19 @@ mod tests {
             nvml-lib = "/usr/lib/libnvidia-ml.so.1"
             hook-path = "/usr/local/nvinject/bin/nvinject-hook"
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
+            lock-dir = "/run/x/locks"
+            lock-timeout-secs = 3
             "#,
         )
         .unwrap();
         assert_eq!(c.cdi.default_kind, "example.com/dev");
         assert!(c.requests.accept_env_unprivileged);
-        assert!(!c.requests.accept_volume_mounts);
+        assert!(c.requests.accept_volume_mounts);
         assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
         assert_eq!(c.regenerate.sys_root, PathBuf::from("/host/sys"));
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
+        assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
+        assert_eq!(c.regenerate.lock_timeout_secs, 3);
     }
 
     #[test]
@@ -303,7 +317,11 @@ mod tests {
             ("[cdi]\ndefault-kind = \"-nvidia.com/gpu\"", "cdi.default-kind"),
             ("[cdi]\nannotation-prefixes = [\"\"]", "cdi.annotation-prefixes"),
             ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
-            ("[requests]\naccept-volume-mounts = \"yes\"", "accept-volume-mounts"),
+            (
+                "[requests]\naccept-nvidia-visible-devices-as-volume-mounts = \"yes\"",
+                "accept-nvidia-visible-devices-as-volume-mounts",
+            ),
+            ("[requests]\naccept-volume-mounts = true", "accept-volume-mounts"),
         ];
         for (text, key) in cases {
             let err = parse(text).unwrap_err().to_string();

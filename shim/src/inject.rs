@@ -275,8 +275,7 @@ impl Injector {
             loaded: loaded.clone(),
             message,
         };
-        let _lock =
-            SpecLock::acquire(path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+        let _lock = SpecLock::acquire(&self.regen_config, path).map_err(|e| fail(e.to_string()))?;
         if path.exists() {
             registry.refresh();
             return Ok(Vec::new());
@@ -375,8 +374,7 @@ impl Injector {
             };
             // One regeneration per node at a time: every proxy on the node may find the same stale
             // spec at once. Whoever gets the lock second re-reads the file and finds it fresh.
-            let _lock =
-                SpecLock::acquire(&path).map_err(|e| fail(format!("cannot lock {}: {e}", path.display())))?;
+            let _lock = SpecLock::acquire(&self.regen_config, &path).map_err(|e| fail(e.to_string()))?;
             let still_stale =
                 nvinject_cdi::load_file(&path).map(|s| spec_is_stale(&s, &loaded)).unwrap_or(true);
             if still_stale {
@@ -480,28 +478,84 @@ pub fn spec_is_stale(spec: &Spec, loaded: &str) -> bool {
     spec.annotations.get(ANNOTATION_DRIVER_VERSION).is_some_and(|v| v != loaded)
 }
 
-/// An exclusive `flock` on `<spec>.lock`, released when dropped (closing the file releases it).
+/// An exclusive `flock` on `<lock-dir>/<spec path, `/` as `_`>.lock`, released when dropped.
+///
+/// The file is 0600 in a 0700 directory owned by us (modes set with fchmod, so the umask does not
+/// matter) so no other user can open it, let alone hold it; a symlink or non-regular file at its
+/// path is refused; and the wait is bounded so a held lock fails the Create instead of hanging it.
 struct SpecLock {
     _file: fs::File,
 }
 
+/// The spec lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[error("spec lock {}: {message}", path.display())]
+struct LockError {
+    path: PathBuf,
+    message: String,
+}
+
 impl SpecLock {
-    fn acquire(spec: &Path) -> std::io::Result<SpecLock> {
+    fn acquire(config: &RegenerateConfig, spec: &Path) -> Result<SpecLock, LockError> {
         use std::os::fd::AsRawFd;
-        let mut name = spec.as_os_str().to_owned();
-        name.push(".lock");
-        let file =
-            fs::OpenOptions::new().create(true).truncate(false).write(true).open(PathBuf::from(name))?;
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+        let dir = &config.lock_dir;
+        let name = format!("{}.lock", spec.to_string_lossy().trim_start_matches('/').replace('/', "_"));
+        let path = dir.join(name);
+        let err = |p: &Path, message: String| LockError { path: p.to_path_buf(), message };
+        if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            return Err(err(dir, format!("cannot create the lock directory: {e}")));
+        }
+        let meta = fs::symlink_metadata(dir).map_err(|e| err(dir, e.to_string()))?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if !meta.is_dir() || meta.uid() != euid {
+            return Err(err(
+                dir,
+                format!(
+                    "the lock directory must be a real directory owned by uid {euid}; remove it or set [regenerate] lock-dir"
+                ),
+            ));
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| err(dir, e.to_string()))?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| err(&path, format!("cannot open (a symlink is refused): {e}; remove it")))?;
+        let meta = file.metadata().map_err(|e| err(&path, e.to_string()))?;
+        if !meta.is_file() || meta.uid() != euid {
+            return Err(err(&path, "not a regular file owned by us; remove it".into()));
+        }
+        file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(|e| err(&path, e.to_string()))?;
+        let timeout = std::time::Duration::from_secs(config.lock_timeout_secs);
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if rc == 0 {
                 return Ok(SpecLock { _file: file });
             }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(err);
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err(&path, format!("flock: {e}")));
             }
+            if std::time::Instant::now() >= deadline {
+                return Err(err(
+                    &path,
+                    format!(
+                        "still held by another process after {} s ([regenerate] lock-timeout-secs); \
+                         find it with `fuser {}` and stop it, then retry",
+                        config.lock_timeout_secs,
+                        path.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 }
@@ -512,6 +566,50 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn lock_config(dir: &Path, secs: u64) -> RegenerateConfig {
+        RegenerateConfig { lock_dir: dir.join("locks"), lock_timeout_secs: secs, ..Default::default() }
+    }
+
+    #[test]
+    fn the_spec_lock_is_root_only_whatever_the_umask() {
+        let tmp = tempfile::tempdir().unwrap();
+        // SAFETY: umask only changes this process's creation mask; restored below.
+        let old = unsafe { libc::umask(0) };
+        let lock = SpecLock::acquire(&lock_config(tmp.path(), 1), Path::new("/var/run/cdi/x.json"));
+        unsafe { libc::umask(old) };
+        drop(lock.unwrap());
+        let dir = tmp.path().join("locks");
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
+        let file = dir.join("var_run_cdi_x.json.lock");
+        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o7777, 0o600);
+    }
+
+    #[test]
+    fn a_symlinked_lock_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = lock_config(tmp.path(), 1);
+        fs::create_dir_all(&config.lock_dir).unwrap();
+        let target = tmp.path().join("elsewhere");
+        fs::write(&target, "").unwrap();
+        std::os::unix::fs::symlink(&target, config.lock_dir.join("s.json.lock")).unwrap();
+        let err = SpecLock::acquire(&config, Path::new("/s.json")).err().unwrap();
+        assert!(err.to_string().contains("s.json.lock"), "{err}");
+    }
+
+    #[test]
+    fn a_held_lock_fails_after_the_timeout_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = lock_config(tmp.path(), 0);
+        let held = SpecLock::acquire(&config, Path::new("/h.json")).unwrap();
+        let err = SpecLock::acquire(&config, Path::new("/h.json")).err().unwrap();
+        assert!(
+            err.to_string().contains("h.json.lock") && err.to_string().contains("lock-timeout-secs"),
+            "{err}"
+        );
+        drop(held);
+        SpecLock::acquire(&config, Path::new("/h.json")).unwrap();
+    }
 
     fn spec_json(version: &str, gpus: &[(u32, &str)]) -> Value {
         let devices: Vec<Value> = gpus

@@ -153,7 +153,7 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
         } else {
             ignored.push(Ignored {
                 source: Source::VolumeMounts,
-                reason: "requests.accept-volume-mounts is false".into(),
+                reason: "requests.accept-nvidia-visible-devices-as-volume-mounts is false".into(),
             });
         }
     }
