@@ -66,7 +66,11 @@ fn build(cargo: &Path, package: &str, profile_dir: &Path, release: bool) {
 
 /// The target triple the static hook is built for: this host's (glibc; only x86_64 and aarch64
 /// Linux are expected).
-pub const HOOK_TARGET: &str = concat!(std::env::consts::ARCH, "-unknown-linux-gnu");
+#[cfg(target_arch = "x86_64")]
+pub const HOOK_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The target triple the static hook is built for: this host's.
+#[cfg(target_arch = "aarch64")]
+pub const HOOK_TARGET: &str = "aarch64-unknown-linux-gnu";
 
 /// `nvinject-hook` built statically (no dynamic loader, see the `nvinject-hook` crate), fresh (once
 /// per process), at `<target>/<HOOK_TARGET>/<profile>/nvinject-hook`.
