@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nvinject_simnode::artifacts::{artifact, simnode_bin};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
 use serde_json::Value;
 
 use crate::containerd::{Containerd, ContainerdOptions, toml_str};
@@ -167,10 +167,10 @@ impl GpuNode {
 
         let bin_dir = base.join("bin");
         fs::create_dir_all(&bin_dir).map_err(io("create", &bin_dir))?;
-        for (package, file) in
-            [("nvinject-shim", "containerd-shim-nvinject-v2"), ("nvinject-shim", "nvinject-hook")]
-        {
-            let from = artifact(package, file);
+        for (from, file) in [
+            (artifact("nvinject-shim", "containerd-shim-nvinject-v2"), "containerd-shim-nvinject-v2"),
+            (static_hook(), "nvinject-hook"),
+        ] {
             fs::copy(&from, bin_dir.join(file)).map_err(io("copy", &from))?;
         }
 

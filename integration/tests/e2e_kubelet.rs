@@ -18,7 +18,7 @@ use nvinject_integration::kubelet::node::CONTAINERD_CONFIG;
 use nvinject_integration::kubelet::{self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod};
 use nvinject_integration::namespace::{self, isolated};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
-use nvinject_simnode::artifacts::{artifact, profile_dir, simnode_bin};
+use nvinject_simnode::artifacts::{artifact, profile_dir, simnode_bin, static_hook};
 use nvinject_simnode::description::NodeDescription;
 use serde_json::Value;
 
@@ -176,7 +176,7 @@ const RECOVERY: Duration = Duration::from_secs(10);
 fn nvinject_binaries() -> Vec<PathBuf> {
     vec![
         artifact("nvinject-shim", "containerd-shim-nvinject-v2"),
-        artifact("nvinject-shim", "nvinject-hook"),
+        static_hook(),
         artifact("nvinject-cdi-gen", "nvinject-cdi"),
         artifact("nvinject-device-plugin", "nvinject-device-plugin"),
         artifact("nvinject-installer", "nvinject-installer"),

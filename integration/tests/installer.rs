@@ -21,7 +21,7 @@ use nvinject_integration::containerd::{ctr_command, remove_all_containers};
 use nvinject_integration::cri::{ContainerRequest, CriClient};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
 use nvinject_integration::{mounts, namespace, process};
-use nvinject_simnode::artifacts::{artifact, simnode_bin};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
 use serde_json::Value;
 
 /// containerd under a supervisor that starts it again whenever it exits, like systemd's
@@ -242,13 +242,13 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     // the test must not look like a new release to the second install.
     let image_bin = t.join("image-bin");
     fs::create_dir_all(&image_bin).unwrap();
-    for (package, file) in [
-        ("nvinject-installer", "nvinject-installer"),
-        ("nvinject-shim", "containerd-shim-nvinject-v2"),
-        ("nvinject-shim", "nvinject-hook"),
-        ("nvinject-cdi-gen", "nvinject-cdi"),
+    for (from, file) in [
+        (artifact("nvinject-installer", "nvinject-installer"), "nvinject-installer"),
+        (artifact("nvinject-shim", "containerd-shim-nvinject-v2"), "containerd-shim-nvinject-v2"),
+        (static_hook(), "nvinject-hook"),
+        (artifact("nvinject-cdi-gen", "nvinject-cdi"), "nvinject-cdi"),
     ] {
-        fs::copy(artifact(package, file), image_bin.join(file)).unwrap();
+        fs::copy(from, image_bin.join(file)).unwrap();
     }
     let installer = image_bin.join("nvinject-installer");
     let image = probe_image(&t.join("probe.tar")).unwrap();

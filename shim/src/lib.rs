@@ -1,6 +1,6 @@
 //! The container-start path: `containerd-shim-nvinject-v2`, a task-API proxy in front of containerd's
-//! runc shim that applies CDI edits at each container's Create, and `nvinject-hook`, the OCI hook that
-//! CDI specs call (symlinks, ld cache).
+//! runc shim that applies CDI edits at each container's Create. The OCI hook that CDI specs call
+//! (`nvinject-hook`) is its own crate, `shim/hook`, built statically.
 //!
 //! Boundary: the proxy forwards every task-API call unchanged except Create, for which it rewrites
 //! the bundle's `config.json` (atomically) before forwarding; the runc shim does all container work.
@@ -11,7 +11,6 @@ pub mod address;
 pub mod config;
 pub mod daemon;
 pub mod frame;
-pub mod hook;
 pub mod inject;
 pub mod inner;
 pub mod proxy;

@@ -3,7 +3,8 @@
 //! Tests drive real binaries (the simulated NVML, `nvidia-smi` stand-in, shim, hook) as separate
 //! processes, so they need those files built and fresh. [`artifact`] asks cargo to build the package
 //! (a no-op when up to date; cargo releases its build lock before running tests, so this is safe from
-//! inside `cargo test`) and returns the path in the same target directory and profile as the caller.
+//! inside `cargo test`) and returns the path in the same target directory and profile as the caller. The hook is the
+//! exception: [`static_hook`] builds it statically, in its own cargo invocation.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,88 @@ fn build(cargo: &Path, package: &str, profile_dir: &Path, release: bool) {
     }
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo.display()));
     assert!(status.success(), "building {package} with cargo failed (see the compiler output above)");
+}
+
+/// The target triple the static hook is built for: this host's (glibc; only x86_64 and aarch64
+/// Linux are expected).
+#[cfg(target_arch = "x86_64")]
+pub const HOOK_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The target triple the static hook is built for: this host's.
+#[cfg(target_arch = "aarch64")]
+pub const HOOK_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// `nvinject-hook` built statically (no dynamic loader, see the `nvinject-hook` crate), fresh (once
+/// per process), at `<target>/<HOOK_TARGET>/<profile>/nvinject-hook`.
+///
+/// cargo applies `crt-static` per target, not per binary, so the hook has its own invocation:
+/// `--target` keeps host build scripts and proc-macros dynamic and puts its outputs in their own
+/// directory, leaving the `<target>/<profile>` fingerprints of every other build untouched.
+/// `RUSTFLAGS` is removed for it because it would take precedence over the per-target flags. The
+/// `nvinject-hook` in `<target>/<profile>` (from a plain workspace build) refuses to run.
+pub fn static_hook() -> PathBuf {
+    static BUILT: Mutex<bool> = Mutex::new(false);
+    let dir = profile_dir();
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let target_dir = dir.parent().expect("the profile directory has a parent").to_path_buf();
+    let profile = if release { "release" } else { "debug" };
+    let path = target_dir.join(HOOK_TARGET).join(profile).join("nvinject-hook");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !*built {
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            let mut cmd = static_hook_command(Path::new(&cargo), release);
+            cmd.env("CARGO_TARGET_DIR", &target_dir);
+            let status =
+                cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", Path::new(&cargo).display()));
+            assert!(
+                status.success(),
+                "building the static nvinject-hook failed (see the compiler output above)"
+            );
+        }
+        *built = true;
+    }
+    assert!(
+        path.exists(),
+        "{} is missing: run `./x build-hook` (or `{}`)",
+        path.display(),
+        static_hook_shell_command(release)
+    );
+    path
+}
+
+/// The cargo command that builds the static hook (what [`static_hook`] and `./x` run).
+pub fn static_hook_command(cargo: &Path, release: bool) -> Command {
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--locked",
+        "-p",
+        "nvinject-hook",
+        "--bin",
+        "nvinject-hook",
+        "--target",
+        HOOK_TARGET,
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env(hook_rustflags_var(), "-C target-feature=+crt-static");
+    cmd
+}
+
+/// `CARGO_TARGET_<TRIPLE>_RUSTFLAGS` for [`HOOK_TARGET`].
+fn hook_rustflags_var() -> String {
+    format!("CARGO_TARGET_{}_RUSTFLAGS", HOOK_TARGET.to_uppercase().replace('-', "_"))
+}
+
+fn static_hook_shell_command(release: bool) -> String {
+    format!(
+        "env -u RUSTFLAGS {}=\"-C target-feature=+crt-static\" cargo build -p nvinject-hook --target {HOOK_TARGET}{}",
+        hook_rustflags_var(),
+        if release { " --release" } else { "" }
+    )
 }
 
 /// The simulated NVML library as cargo builds it (`libnvidia_ml.so`, SONAME `libnvidia-ml.so.1`).

@@ -5,13 +5,17 @@
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...] [--ldconfig-path /sbin/ldconfig]
 //! ```
 //! Both read the OCI state from stdin. Messages go to stderr, which runc includes in its error.
+//!
+//! Only a static build (no dynamic loader) may run: see the crate documentation and
+//! `shim/README.md` for why and how it is built.
 
 use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use nvinject_shim::hook::{self, root::ContainerRoot};
+use nvinject_fsio::root::Root;
+use nvinject_hook as hook;
 
 #[derive(Parser, Debug)]
 #[command(name = "nvinject-hook", version, about = "OCI createContainer hook for nvinject CDI specs")]
@@ -39,7 +43,22 @@ enum Cmd {
     },
 }
 
+/// How to get the only build of this binary that may run; shown when another one is started.
+const BUILD_STATIC: &str = "cargo build -p nvinject-hook --target x86_64-unknown-linux-gnu \
+     (with CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS=\"-C target-feature=+crt-static\" and RUSTFLAGS unset); \
+     the binary is target/x86_64-unknown-linux-gnu/<profile>/nvinject-hook";
+
 fn main() {
+    // A dynamically linked hook has already run the image's LD_PRELOAD (if any) by now; refusing
+    // here keeps such a build (for example target/debug/nvinject-hook from a plain workspace build)
+    // from ever being installed or tested by mistake.
+    if !cfg!(target_feature = "crt-static") {
+        eprintln!(
+            "nvinject-hook: this build is dynamically linked, and a dynamic loader would run code the \
+             container image controls before main(); refusing to run. Build it statically: {BUILD_STATIC}"
+        );
+        std::process::exit(2);
+    }
     // The hook runs with whatever environment runc was given; nothing here may depend on it, and
     // nothing it starts inherits it.
     for (key, _) in std::env::vars_os() {
@@ -61,14 +80,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let state = hook::parse_state(&stdin)?;
     let root_path = hook::container_root(&state.bundle)?;
     hook::check_before_pivot(&root_path)?;
-    let root = ContainerRoot::open(&root_path)?;
+    let root = Root::open(&root_path)?;
     match cli.command {
         Cmd::CreateSymlinks { links } => {
             let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
             hook::create_symlinks(&root, &links)?;
         }
         Cmd::UpdateLdcache { folders, ldconfig_path } => {
-            hook::update_ldcache(&root, &ldconfig_path, &folders)?;
+            hook::update_ldcache(&root, &folders, &ldconfig_path)?;
         }
     }
     Ok(())

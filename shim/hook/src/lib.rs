@@ -1,23 +1,28 @@
 //! `nvinject-hook`: the OCI `createContainer` hook that CDI specs written by nvinject-cdi call.
 //!
-//! runc runs it after the container's mounts are in place and before `pivot_root`, with the OCI
-//! state on stdin. It works on the container's root filesystem from the host side, and it is careful
-//! about that tree, which the image controls:
-//! - paths inside the root are resolved with `RESOLVE_IN_ROOT` ([`root`]), so no symlink in the image
-//!   can redirect a write to the host;
+//! runc runs it as root after the container's mounts are in place and before `pivot_root`, with the
+//! OCI state on stdin, the container's rootfs as its working directory and, unless the spec's hook
+//! names an `env`, the container's environment. Both are in the image's hands, so:
+//! - the binary is **statically linked, with no dynamic loader** (no `PT_INTERP`, no `DT_NEEDED`):
+//!   `LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, `/etc/ld.so.preload` and any library in any
+//!   directory have nothing to act on, whoever wrote the spec. The loader is what acts before
+//!   `main()`, so clearing the environment in `main()` alone could never be enough. It is built with
+//!   `--target <host triple>` and `-C target-feature=+crt-static` (`shim/README.md`; in tests,
+//!   `nvinject_simnode::artifacts::static_hook`), and `main()` refuses to run when built otherwise;
+//! - paths inside the root are resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`
+//!   ([`nvinject_fsio::root::Root`]), so no symlink in the image can redirect a write to the host;
 //! - the only program it runs is the host's `ldconfig` (a path on the host, chosen by the caller),
-//!   with an empty environment; nothing from the image is ever executed;
+//!   with an empty environment; nothing from the image is ever executed ([`update_ldcache`] is the
+//!   one place that does it);
 //! - it refuses to run once the root is already `/` (that would mean it was wired as a hook that
 //!   runs after `pivot_root`, where "the host's ldconfig" would be the image's).
-
-pub mod root;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 
-use root::{ContainerRoot, LinkOutcome, RootError};
+use nvinject_fsio::root::{LinkOutcome, Root, RootError};
 
 /// The ld.so.conf.d drop-in the hook writes so later `ldconfig` runs in the container keep the
 /// injected folders.
@@ -120,7 +125,7 @@ pub fn parse_link(arg: &str) -> Result<Link, HookError> {
 
 /// Creates each link in the container root. Existing files are left alone (logged), as an image
 /// may ship its own.
-pub fn create_symlinks(root: &ContainerRoot, links: &[Link]) -> Result<Vec<(Link, LinkOutcome)>, HookError> {
+pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<Vec<(Link, LinkOutcome)>, HookError> {
     let mut done = Vec::new();
     for link in links {
         let outcome = root.symlink(&link.target, &link.link)?;
@@ -142,9 +147,13 @@ pub fn ldconfig_command(ldconfig: &Path, root: &Path, folders: &[PathBuf]) -> Co
     cmd
 }
 
-/// Writes the ld.so.conf.d drop-in (when the image has that directory) and runs the host's
-/// ldconfig on the container root.
-pub fn update_ldcache(root: &ContainerRoot, ldconfig: &Path, folders: &[PathBuf]) -> Result<(), HookError> {
+/// Makes the container's `/etc/ld.so.cache` list `folders` (absolute paths inside the container).
+///
+/// The one seam for how the cache is built: today it writes the ld.so.conf.d drop-in (when the
+/// image has that directory) and runs the host's `ldconfig` (`ldconfig`, a host path) on the root
+/// with [`ldconfig_command`]; a native cache builder replaces the body (and the `ldconfig`
+/// argument) without touching the callers.
+pub fn update_ldcache(root: &Root, folders: &[PathBuf], ldconfig: &Path) -> Result<(), HookError> {
     if let Some(bad) = folders.iter().find(|f| !f.is_absolute()) {
         return Err(HookError::BadFolder(bad.display().to_string()));
     }
@@ -224,14 +233,14 @@ mod tests {
         let libc_path = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
         assert!(libc_path.exists(), "this test needs a Debian x86_64 host (as CI is)");
         std::fs::copy(libc_path, lib_dir.join("libc.so.6")).unwrap();
-        let root = ContainerRoot::open(&root_path).unwrap();
-        update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("/usr/lib/x86_64-linux-gnu")])
+        let root = Root::open(&root_path).unwrap();
+        update_ldcache(&root, &[PathBuf::from("/usr/lib/x86_64-linux-gnu")], Path::new("/sbin/ldconfig"))
             .unwrap();
         let cache = std::fs::read(root_path.join("etc/ld.so.cache")).unwrap();
         assert!(cache.windows(9).any(|w| w == b"libc.so.6"), "the cache lists the library");
         let dropin = std::fs::read_to_string(root_path.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap();
         assert!(dropin.contains("/usr/lib/x86_64-linux-gnu"));
-        let err = update_ldcache(&root, Path::new("/sbin/ldconfig"), &[PathBuf::from("rel")]).unwrap_err();
+        let err = update_ldcache(&root, &[PathBuf::from("rel")], Path::new("/sbin/ldconfig")).unwrap_err();
         assert!(matches!(err, HookError::BadFolder(_)));
     }
 }
