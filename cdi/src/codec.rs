@@ -64,8 +64,99 @@ pub struct ParseError {
     pub line: Option<usize>,
 }
 
+/// The largest spec file we parse. Our generated specs are tens of KB (a 64-GPU node stays under
+/// 1 MiB); anything bigger is refused before parsing so one file cannot stall every container start.
+pub const MAX_SPEC_BYTES: usize = 4 * 1024 * 1024;
+/// The deepest nesting (flow brackets or block indentation levels) a spec may use; a CDI spec needs
+/// about 8. Checked by a linear pre-scan, so a deeply nested file costs one pass over its bytes.
+pub const MAX_NESTING: usize = 64;
+/// YAML aliases (`*name`) a spec may use. CDI specs have no need for them; a few are tolerated,
+/// many are how an alias bomb ("billion laughs") multiplies a small file into gigabytes.
+pub const MAX_ALIASES: usize = 16;
+
+/// Refuses text over the size, nesting or alias limits, in one linear pass without parsing it.
+/// Approximate by design (brackets inside quoted strings count too): it only has to keep the
+/// real parser away from hostile input; valid specs are far below every limit.
+fn check_limits(bytes: &[u8], format: Format, path: &Path) -> Result<(), ParseError> {
+    let refuse = |message: String| {
+        Err(ParseError { path: path.to_owned(), field: String::new(), message, line: None })
+    };
+    if bytes.len() > MAX_SPEC_BYTES {
+        return refuse(format!(
+            "spec is {} bytes, over the {MAX_SPEC_BYTES}-byte limit for CDI specs: split it or remove it",
+            bytes.len()
+        ));
+    }
+    let (mut depth, mut aliases, mut in_string) = (0usize, 0usize, false);
+    let mut line = 1usize;
+    let mut prev = 0u8;
+    for &b in bytes {
+        if in_string {
+            // Only JSON-style double quotes are tracked; escapes end nothing.
+            if b == b'"' && prev != b'\\' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                b'*' if format == Format::Yaml && matches!(prev, b' ' | b'[' | b'{' | b',' | b'\n') => {
+                    aliases += 1
+                }
+                _ => {}
+            }
+        }
+        if b == b'\n' {
+            line += 1;
+        }
+        if depth > MAX_NESTING {
+            return Err(ParseError {
+                path: path.to_owned(),
+                field: String::new(),
+                message: format!("nesting deeper than {MAX_NESTING} levels: not a CDI spec"),
+                line: Some(line),
+            });
+        }
+        prev = if in_string && b == b'\\' && prev == b'\\' { 0 } else { b };
+    }
+    if format == Format::Yaml {
+        // Block nesting: one level per two columns of indentation is the most any writer uses.
+        let max_indent = bytes
+            .split(|&b| b == b'\n')
+            .enumerate()
+            .map(|(n, l)| (n, l.iter().take_while(|&&b| b == b' ' || b == b'-').count()))
+            .find(|(_, indent)| *indent > 2 * MAX_NESTING);
+        if let Some((n, _)) = max_indent {
+            return Err(ParseError {
+                path: path.to_owned(),
+                field: String::new(),
+                message: format!("indentation deeper than {MAX_NESTING} levels: not a CDI spec"),
+                line: Some(n + 1),
+            });
+        }
+        if aliases > MAX_ALIASES {
+            return refuse(format!(
+                "{aliases} YAML aliases, over the limit of {MAX_ALIASES}: CDI specs need none (alias bomb?)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads at most [`MAX_SPEC_BYTES`] + 1 bytes of `path`, so a huge file (or `/dev/zero` behind a
+/// symlink) costs a bounded read; [`parse`] then refuses it by size.
+pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Parses spec text. Checks structure and types only; see [`crate::validate::validate`] for the rules.
+/// Text over [`MAX_SPEC_BYTES`], [`MAX_NESTING`] or [`MAX_ALIASES`] is refused unparsed.
 pub fn parse(bytes: &[u8], format: Format, path: &Path) -> Result<Spec, ParseError> {
+    check_limits(bytes, format, path)?;
     match format {
         Format::Json => {
             let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -302,6 +393,41 @@ mod tests {
             parse(b"{\"kind\": \"a.b/c\", \"devices\": []}", Format::Json, Path::new("y.json")).unwrap_err();
         assert!(err.message.contains("missing field `cdiVersion`"), "{err}");
         assert!(parse(b"{} trailing", Format::Json, Path::new("z.json")).is_err());
+    }
+
+    #[test]
+    fn hostile_text_is_refused_unparsed_with_the_file() {
+        let deep_flow =
+            format!("kind: nvidia.com/gpu\ndevices: {}{}\n", "[".repeat(200_000), "]".repeat(200_000));
+        let deep_block: String =
+            (0..100).map(|i| format!("{}k{i}:\n", " ".repeat(2 * i))).collect::<String>() + "kind: a.b/c\n";
+        let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n".to_owned()
+            + &(b'b'..=b'z')
+                .map(|c| {
+                    format!(
+                        "{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n",
+                        c as char,
+                        c as char,
+                        p = (c - 1) as char
+                    )
+                })
+                .collect::<String>();
+        let huge = "#".repeat(MAX_SPEC_BYTES + 1);
+        for (text, format, needle) in [
+            (deep_flow.as_str(), Format::Yaml, "nesting deeper than 64"),
+            (deep_flow.as_str(), Format::Json, "nesting deeper than 64"),
+            (deep_block.as_str(), Format::Yaml, "indentation deeper than 64"),
+            (bomb.as_str(), Format::Yaml, "YAML aliases"),
+            (huge.as_str(), Format::Yaml, "byte limit"),
+        ] {
+            let err = parse(text.as_bytes(), format, Path::new("/etc/cdi/evil.yaml")).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.starts_with("/etc/cdi/evil.yaml: ") && shown.contains(needle), "{shown}");
+        }
+        // Brackets inside strings and a few aliases are not nesting or bombs.
+        let ok =
+            "cdiVersion: 0.5.0\nkind: a.b/c\ndevices:\n- name: x\n  containerEdits:\n    env: [\"A=[[[[\"]\n";
+        assert!(parse(ok.as_bytes(), Format::Yaml, Path::new("ok.yaml")).is_ok());
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn parse_and_validate(bytes: &[u8], format: Format, path: &Path) -> Result<S
 /// Reads, parses and validates the spec file at `path`. The format follows the extension; any other
 /// extension is read as YAML, which also accepts JSON.
 pub fn load_file(path: &Path) -> Result<Spec, SpecError> {
-    let bytes = std::fs::read(path).map_err(|source| SpecError::Read { path: path.to_owned(), source })?;
+    let bytes = crate::codec::read_bounded(path)
+        .map_err(|source| SpecError::Read { path: path.to_owned(), source })?;
     parse_and_validate(&bytes, Format::from_path(path).unwrap_or(Format::Yaml), path)
 }

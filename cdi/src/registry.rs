@@ -54,7 +54,7 @@ struct FileState {
 
 impl FileState {
     fn bytes(&self) -> Result<&[u8], &std::io::Error> {
-        match self.bytes.get_or_init(|| fs::read(&self.path).map_err(Arc::new)) {
+        match self.bytes.get_or_init(|| crate::codec::read_bounded(&self.path).map_err(Arc::new)) {
             Ok(b) => Ok(b),
             Err(e) => Err(e),
         }
@@ -494,6 +494,25 @@ mod tests {
         fs::rename(&tmp, dir.path().join("a.yaml")).unwrap();
         reg.refresh();
         assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=v2");
+    }
+
+    #[test]
+    fn hostile_files_of_other_vendors_are_skipped_and_of_our_kind_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("cdiVersion: 0.5.0\nkind: example.com/x\ndevices: {}\n", "[".repeat(300_000));
+        fs::write(dir.path().join("a-deep.yaml"), &deep).unwrap();
+        fs::write(dir.path().join("b-huge.yaml"), "kind: example.com/x\n".to_owned() + &"#".repeat(5 << 20))
+            .unwrap();
+        fs::write(dir.path().join("c-nvidia.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "ok")).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=ok");
+        let parsed: Vec<bool> = reg.files.iter().map(|e| e.state.spec.get().is_some()).collect();
+        assert_eq!(parsed, [false, false, true]);
+
+        fs::write(dir.path().join("d-evil.yaml"), deep.replace("example.com/x", "nvidia.com/gpu")).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        let err = reg.resolve(&q("nvidia.com/gpu=1")).unwrap_err().to_string();
+        assert!(err.contains("d-evil.yaml: nesting deeper than 64"), "{err}");
     }
 
     #[test]

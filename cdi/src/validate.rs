@@ -17,6 +17,12 @@ pub const HOOK_NAMES: [&str; 6] =
 /// Device node types: block, char, unbuffered char, FIFO.
 pub const DEVICE_TYPES: [&str; 4] = ["b", "c", "u", "p"];
 
+/// Linux device numbers: 12 bits of major, 20 of minor (`MINORBITS` in the kernel); larger values
+/// would be silently truncated by `makedev`/mknod into some other device.
+pub const MAJOR_MAX: i64 = (1 << 12) - 1;
+/// The largest Linux minor number; see [`MAJOR_MAX`].
+pub const MINOR_MAX: i64 = (1 << 20) - 1;
+
 /// Kubernetes' limit on the total size of annotations, which CDI adopts.
 pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 
@@ -151,9 +157,16 @@ fn check_edits(edits: &ContainerEdits, at: &str, p: &mut Problems) {
         {
             p.add(format!("{at}.type"), format!("device type `{t}` is not one of b, c, u, p"));
         }
-        for (field, number) in [("major", node.major), ("minor", node.minor)] {
-            if number.is_some_and(|n| n < 0) {
-                p.add(format!("{at}.{field}"), format!("{field} number must not be negative"));
+        for (field, number, max) in [("major", node.major, MAJOR_MAX), ("minor", node.minor, MINOR_MAX)] {
+            match number {
+                Some(n) if n < 0 => {
+                    p.add(format!("{at}.{field}"), format!("{field} number must not be negative"))
+                }
+                Some(n) if n > max => p.add(
+                    format!("{at}.{field}"),
+                    format!("{field} number {n} is out of range: Linux {field} numbers are 0..={max}"),
+                ),
+                _ => {}
             }
         }
         if node.major.is_some() != node.minor.is_some() {
@@ -299,6 +312,15 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_linux_device_numbers_are_accepted() {
+        let mut spec = valid();
+        let node = &mut spec.devices[0].container_edits.device_nodes[0];
+        node.major = Some(MAJOR_MAX);
+        node.minor = Some(MINOR_MAX);
+        assert_eq!(validate(&spec), []);
+    }
+
+    #[test]
     fn a_valid_spec_has_no_problems() {
         assert_eq!(validate(&valid()), vec![]);
     }
@@ -337,6 +359,21 @@ mod tests {
                 |s| s.devices[0].container_edits.device_nodes[0].permissions = Some("rwx".into()),
                 "devices[0].containerEdits.deviceNodes[0].permissions",
                 "contain `x`",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].major = Some(1 << 40),
+                "devices[0].containerEdits.deviceNodes[0].major",
+                "major number 1099511627776 is out of range: Linux major numbers are 0..=4095",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].major = Some(4096),
+                "devices[0].containerEdits.deviceNodes[0].major",
+                "out of range",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].minor = Some(1 << 20),
+                "devices[0].containerEdits.deviceNodes[0].minor",
+                "minor number 1048576 is out of range: Linux minor numbers are 0..=1048575",
             ),
             (
                 |s| s.devices[0].container_edits.device_nodes[0].minor = None,

@@ -594,12 +594,64 @@ pub struct ResolvedConfig {
     pub ignored: Vec<String>,
 }
 
-/// Parses a config file's text (YAML or JSON). `origin` names the file in errors.
+/// The largest config file read; NVIDIA-style configs are a few KB.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+/// The deepest nesting (flow brackets, or block indentation levels) a config may use.
+pub const MAX_CONFIG_NESTING: usize = 64;
+/// YAML aliases a config may use; more is how an alias bomb multiplies a small file.
+pub const MAX_CONFIG_ALIASES: usize = 64;
+
+/// One linear pass refusing text over the size, nesting or alias limits before the YAML parser
+/// sees it (its cost on hostile nesting or aliases is what the limits bound). Approximate: brackets
+/// inside double-quoted strings are skipped, other quoting is not needed to stay far under the caps.
+fn check_limits(text: &str, src: &str) -> Result<(), ConfigError> {
+    let refuse = |message: String| Err(ConfigError::field(src, "(document)", message));
+    if text.len() > MAX_CONFIG_BYTES {
+        return refuse(format!(
+            "{} bytes, over the {MAX_CONFIG_BYTES}-byte limit for a config file",
+            text.len()
+        ));
+    }
+    let (mut depth, mut aliases, mut in_string, mut prev) = (0usize, 0usize, false, b'\n');
+    for (n, line) in text.split('\n').enumerate() {
+        if line.bytes().take_while(|&b| b == b' ' || b == b'-').count() > 2 * MAX_CONFIG_NESTING {
+            return refuse(format!("line {}: indentation deeper than {MAX_CONFIG_NESTING} levels", n + 1));
+        }
+        for b in line.bytes().chain(std::iter::once(b'\n')) {
+            if in_string {
+                in_string = !(b == b'"' && prev != b'\\');
+                prev = if b == b'\\' && prev == b'\\' { 0 } else { b };
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                b'*' if matches!(prev, b' ' | b'[' | b'{' | b',' | b'\n') => aliases += 1,
+                _ => {}
+            }
+            if depth > MAX_CONFIG_NESTING {
+                return refuse(format!("line {}: nesting deeper than {MAX_CONFIG_NESTING} levels", n + 1));
+            }
+            prev = b;
+        }
+    }
+    if aliases > MAX_CONFIG_ALIASES {
+        return refuse(format!(
+            "{aliases} YAML aliases, over the limit of {MAX_CONFIG_ALIASES} (alias bomb?)"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a config file's text (YAML or JSON). `origin` names the file in errors. Text over
+/// [`MAX_CONFIG_BYTES`], [`MAX_CONFIG_NESTING`] or [`MAX_CONFIG_ALIASES`] is refused unparsed.
 pub fn parse_file(text: &str, origin: &Path) -> Result<ConfigFile, ConfigError> {
     let src = origin.display().to_string();
     if text.trim().is_empty() {
         return Ok(ConfigFile::default());
     }
+    check_limits(text, &src)?;
     let de = serde_yaml::Deserializer::from_str(text);
     let file: ConfigFile = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -623,8 +675,15 @@ pub fn parse_file(text: &str, origin: &Path) -> Result<ConfigFile, ConfigError> 
 
 /// Reads and parses a config file.
 pub fn load_file(path: &Path) -> Result<ConfigFile, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    use std::io::Read as _;
+    let read_err = |source| ConfigError::Read { path: path.to_path_buf(), source };
+    // Bounded, so a huge file (or a symlink to /dev/zero) costs one capped read.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read_err)?
+        .take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
     parse_file(&text, path)
 }
 
@@ -1019,6 +1078,35 @@ sharing:
         assert_eq!(ts.resources[0].replicas, 4);
         assert_eq!(ts.resources[1].name.as_str(), "nvidia.com/mig-1g.10gb");
         assert_eq!(ts.resources[1].advertised_as.as_str(), "nvidia.com/small");
+    }
+
+    #[test]
+    fn hostile_config_text_is_refused_unparsed_with_the_file() {
+        let deep = format!("version: v1\nflags: {}\n", "[".repeat(100_000));
+        let block: String = (0..80).map(|i| format!("{}k{i}:\n", " ".repeat(2 * i))).collect();
+        let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n".to_owned()
+            + &(b'b'..=b'z')
+                .map(|c| {
+                    format!(
+                        "{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n",
+                        c as char,
+                        c as char,
+                        p = (c - 1) as char
+                    )
+                })
+                .collect::<String>();
+        let huge = "#".repeat(MAX_CONFIG_BYTES + 1);
+        for (text, needle) in [
+            (deep.as_str(), "nesting deeper than 64"),
+            (block.as_str(), "indentation deeper than 64"),
+            (bomb.as_str(), "YAML aliases"),
+            (huge.as_str(), "byte limit"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.starts_with("/etc/cfg.yaml: field `(document)`: ") && e.contains(needle), "{e}");
+        }
+        // Quoted brackets are not nesting.
+        parse("version: v1\nflags:\n  migStrategy: \"none\"\n# [[[[[\n").unwrap();
     }
 
     #[test]
