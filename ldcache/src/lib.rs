@@ -1,0 +1,359 @@
+//! Builds a root's `/etc/ld.so.cache` and the SONAME links glibc's `ldconfig -r ROOT DIR...` would
+//! make, without running any program.
+//!
+//! [`plan`] follows ldconfig (glibc 2.36, elf/ldconfig.c and elf/cache.c): the directories are the
+//! extra ones (ldconfig's command-line folders, first), those of `/etc/ld.so.conf` with its
+//! includes, then the builtin system directories; a directory reached twice (same device and inode)
+//! counts once, under its first name. In each, files named `lib*.so*` or `ld-*.so*` that are ELF
+//! shared objects for a known machine are grouped by SONAME, the newest name winning (files over
+//! links, then [`format::libcmp`]); the cache lists `<dir>/<soname>` for each, sorted as the loader
+//! binary-searches it. Every file access goes through [`Root`] (openat2 `RESOLVE_IN_ROOT |
+//! RESOLVE_NO_MAGICLINKS`), so no symlink, `..` or `/proc` path in the image leads outside it.
+//!
+//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped: the loader still finds
+//! those libraries through the main directory), and removal of dangling `*.so.*` links (ldconfig
+//! deletes them; we leave them).
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nvinject_fsio::root::{EntryType, Root, RootError};
+
+mod conf;
+pub mod elf;
+pub mod format;
+
+pub use format::{Entry, host_arch_flags, parse};
+
+/// The cache file inside a root.
+pub const CACHE_PATH: &str = "/etc/ld.so.cache";
+/// The configuration ldconfig reads inside a root.
+pub const CONF_PATH: &str = "/etc/ld.so.conf";
+/// The generator string written into our caches.
+pub const GENERATOR: &str = concat!("nvinject-ldcache ", env!("CARGO_PKG_VERSION"));
+
+/// The directories ldconfig always scans after its configuration (Debian's glibc: `SLIBDIR`,
+/// `LIBDIR`, then `/lib` and `/usr/lib`).
+#[cfg(target_arch = "x86_64")]
+pub const SYSTEM_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"];
+/// The directories ldconfig always scans after its configuration.
+#[cfg(target_arch = "aarch64")]
+pub const SYSTEM_DIRS: &[&str] =
+    &["/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"];
+/// The directories ldconfig always scans after its configuration.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const SYSTEM_DIRS: &[&str] = &["/lib", "/usr/lib"];
+
+/// Limits against hostile images (far above any distribution's).
+pub const MAX_DIRS: usize = 1024;
+/// Entries listed in one directory.
+pub const MAX_DIR_ENTRIES: usize = 1 << 16;
+/// Cache entries in all.
+pub const MAX_ENTRIES: usize = 1 << 18;
+
+/// What to add to the image's own configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Injected folders, absolute inside the root; scanned first, as ldconfig's command-line
+    /// folders are.
+    pub extra_dirs: Vec<PathBuf>,
+}
+
+/// What to write: the cache bytes (for [`CACHE_PATH`]) and the links to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// The complete new-format cache.
+    pub cache: Vec<u8>,
+    /// SONAME links ldconfig would create (or replace, when a symlink of that name is dangling or
+    /// points elsewhere).
+    pub links: Vec<Link>,
+}
+
+/// One SONAME link.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Link {
+    /// Absolute inside the root: `<dir>/<soname>`.
+    pub path: PathBuf,
+    /// The file name in that directory the link points to.
+    pub target: PathBuf,
+}
+
+/// Why a plan or a cache read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LdCacheError {
+    /// Neither known magic at the start of the file.
+    #[error("not an ld.so.cache (unknown magic); regenerate it with `ldconfig -r <root>`")]
+    BadMagic,
+    /// The file ends before the structure it announces.
+    #[error(
+        "ld.so.cache truncated at byte {offset} (file is {len} bytes); regenerate it with `ldconfig -r <root>`"
+    )]
+    Truncated {
+        /// Where the missing data should have been.
+        offset: usize,
+        /// File size.
+        len: usize,
+    },
+    /// A file or listing in the root could not be used.
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// An `ld.so.conf` file is unusable.
+    #[error("{file} line {line}: {message}")]
+    Conf {
+        /// The file, inside the root.
+        file: String,
+        /// 1-based line (0: the file as a whole).
+        line: usize,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A limit against hostile images was reached.
+    #[error("more than {limit} {what}; the image's library configuration is not one ldconfig is meant for")]
+    TooMany {
+        /// What was counted.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// One library kept in a directory (ldconfig's `dlib_entry`).
+struct Dlib {
+    name: String,
+    soname: String,
+    flag: i32,
+    is_link: bool,
+}
+
+struct Dir {
+    path: String,
+    flag: i32,
+}
+
+/// Whether ldconfig looks at a directory entry of this name at all.
+fn looks_like_dso(name: &[u8]) -> bool {
+    let has_so = name.windows(3).any(|w| w == b".so");
+    (name.starts_with(b"lib") || name.starts_with(b"ld-")) && has_so && !is_prelink_temp(name)
+}
+
+fn is_prelink_temp(name: &[u8]) -> bool {
+    const T: &[u8] = b".#prelink#";
+    // `.#prelink#` itself, or `.#prelink#.XXXXXX` (mkstemp's six characters).
+    name.ends_with(T)
+        || (name.len() >= T.len() + 7 && name[name.len() - T.len() - 7..].starts_with(b".#prelink#."))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{dir}/{name}")
+}
+
+fn not_found(e: &RootError) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound
+}
+
+/// Plans the cache and links for `root` (the container's rootfs).
+pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
+    let mut lines = Vec::new();
+    for d in &options.extra_dirs {
+        let s = d.to_str().ok_or_else(|| LdCacheError::Conf {
+            file: "<extra folders>".into(),
+            line: 0,
+            message: format!("{} is not UTF-8; name injected folders in UTF-8", d.display()),
+        })?;
+        if !s.starts_with('/') {
+            return Err(LdCacheError::Conf {
+                file: "<extra folders>".into(),
+                line: 0,
+                message: format!("{s} is relative; give injected folders as absolute paths inside the root"),
+            });
+        }
+        lines.push(conf::dir_line(s));
+    }
+    let mut reader = conf::ConfReader::new(root);
+    reader.read(Path::new(CONF_PATH), 0)?;
+    lines.append(&mut reader.dirs);
+    lines.extend(SYSTEM_DIRS.iter().map(|d| conf::dir_line(d)));
+
+    // add_dir_1 / add_single_dir: existing paths only, one per (dev, inode), first name kept,
+    // the later line's type flag winning.
+    let mut dirs: Vec<Dir> = Vec::new();
+    let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    for line in lines {
+        if !line.path.starts_with('/') {
+            tracing::warn!(dir = %line.path, "relative ld.so.conf directory ignored");
+            continue;
+        }
+        let meta = match root.metadata(Path::new(&line.path)) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "ld.so.conf directory skipped");
+                continue;
+            }
+        };
+        match seen.get(&(meta.dev(), meta.ino())) {
+            Some(&i) => dirs[i].flag = line.flag,
+            None => {
+                if dirs.len() >= MAX_DIRS {
+                    return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
+                }
+                seen.insert((meta.dev(), meta.ino()), dirs.len());
+                dirs.push(Dir { path: line.path, flag: line.flag });
+            }
+        }
+    }
+
+    let mut entries = Vec::new();
+    let mut links = Vec::new();
+    for dir in &dirs {
+        search_dir(root, dir, &mut entries, &mut links)?;
+        if entries.len() > MAX_ENTRIES {
+            return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
+        }
+    }
+    format::sort_entries(&mut entries);
+    let cache = format::encode(&entries, GENERATOR)?;
+    Ok(Update { cache, links })
+}
+
+/// ldconfig's `search_dir` for one directory (no subdirectories).
+fn search_dir(
+    root: &Root,
+    dir: &Dir,
+    entries: &mut Vec<Entry>,
+    links: &mut Vec<Link>,
+) -> Result<(), LdCacheError> {
+    let listing = match root.read_dir(Path::new(&dir.path)) {
+        Ok(l) => l,
+        Err(e) => {
+            // ldconfig: "Can't open directory", and on.
+            tracing::debug!(error = %e, "library directory skipped");
+            return Ok(());
+        }
+    };
+    if listing.len() > MAX_DIR_ENTRIES {
+        return Err(LdCacheError::TooMany {
+            what: "entries in one library directory",
+            limit: MAX_DIR_ENTRIES,
+        });
+    }
+    let mut dlibs: Vec<Dlib> = Vec::new();
+    let mut by_soname: HashMap<String, usize> = HashMap::new();
+    for (name, ty) in listing {
+        if !matches!(ty, EntryType::File | EntryType::Symlink) || !looks_like_dso(name.as_bytes()) {
+            continue;
+        }
+        let Some(name) = name.to_str().map(str::to_owned) else { continue };
+        let file = join(&dir.path, &name);
+        let mut is_link = ty == EntryType::Symlink;
+        // Symlinks are followed inside the root; dangling ones, directories and devices are not
+        // libraries. open_regular never blocks on a FIFO.
+        let (f, meta) = match root.open_regular(Path::new(&file)) {
+            Ok(x) => x,
+            Err(e) => {
+                if !not_found(&e) {
+                    tracing::debug!(error = %e, "not a library file");
+                }
+                continue;
+            }
+        };
+        let Some(lib) = elf::inspect(&f, meta.len()) else { continue };
+        let mut soname = lib.soname.unwrap_or_else(|| name.clone());
+        if is_link && name != soname {
+            // A link not named after the SONAME (nor the `.so` development link for it) is a
+            // library in its own right.
+            let dev_link = name.ends_with(".so") && soname.starts_with(&name);
+            if !dev_link {
+                is_link = false;
+            }
+        }
+        if is_link {
+            soname = name.clone();
+        }
+        let mut flag = lib.flags;
+        if flag == format::FLAG_ELF
+            && (dir.flag == format::FLAG_ELF_LIBC5 || dir.flag == format::FLAG_ELF_LIBC6)
+        {
+            flag = dir.flag;
+        }
+        match by_soname.get(&soname) {
+            Some(&i) => {
+                let old = &mut dlibs[i];
+                if (!is_link && old.is_link)
+                    || (is_link == old.is_link && format::libcmp(old.name.as_bytes(), name.as_bytes()) < 0)
+                {
+                    // The first one's flag stays, as in ldconfig.
+                    old.name = name;
+                    old.is_link = is_link;
+                }
+            }
+            None => {
+                by_soname.insert(soname.clone(), dlibs.len());
+                dlibs.push(Dlib { name, soname, flag, is_link });
+            }
+        }
+    }
+    // ldconfig keeps its list newest-first.
+    for d in dlibs.into_iter().rev() {
+        if !d.is_link {
+            if let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname) {
+                links.push(link);
+            }
+        }
+        entries.push(Entry {
+            key: d.soname.clone(),
+            path: join(&dir.path, &d.soname),
+            flags: d.flag,
+            hwcap: 0,
+        });
+    }
+    Ok(())
+}
+
+/// ldconfig's `create_links`: a link `<dir>/<soname> -> <name>` unless that path already leads to
+/// the same file, or is something other than a symlink.
+fn link_needed(root: &Root, dir: &str, name: &str, soname: &str) -> Option<Link> {
+    let so_path = join(dir, soname);
+    let lib_path = join(dir, name);
+    let ident = |p: &str| root.metadata(Path::new(p)).ok().flatten().map(|m| (m.dev(), m.ino()));
+    if let Some(so) = ident(&so_path) {
+        if Some(so) == ident(&lib_path) {
+            return None;
+        }
+    }
+    match root.symlink_metadata(Path::new(&so_path)) {
+        Ok(None) => {}
+        Ok(Some(m)) if m.file_type().is_symlink() => {}
+        Ok(Some(_)) => {
+            tracing::warn!(path = so_path, "is not a symbolic link; SONAME link not made");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "SONAME link not made");
+            return None;
+        }
+    }
+    Some(Link { path: PathBuf::from(so_path), target: PathBuf::from(name) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dso_names() {
+        for (n, want) in [
+            ("libc.so.6", true),
+            ("ld-linux-x86-64.so.2", true),
+            ("libfoo.so", true),
+            ("libfoo.a", false),
+            ("foo.so.1", false),
+            ("libfoo.so.1.#prelink#", false),
+            ("libfoo.so.1.#prelink#.AbCdEf", false),
+        ] {
+            assert_eq!(looks_like_dso(n.as_bytes()), want, "{n}");
+        }
+    }
+}
