@@ -261,6 +261,12 @@ fn search_dir(
         };
         let Some(lib) = elf::inspect(&f, meta.len()) else { continue };
         let mut soname = lib.soname.unwrap_or_else(|| name.clone());
+        // A SONAME is a file name: one with a `/` (or `.`, `..`, empty) would make the link land
+        // elsewhere than the directory. ldconfig does not check; no real library has one.
+        if soname.is_empty() || soname == "." || soname == ".." || soname.contains('/') {
+            tracing::warn!(file, soname, "SONAME is not a file name; library skipped");
+            continue;
+        }
         if is_link && name != soname {
             // A link not named after the SONAME (nor the `.so` development link for it) is a
             // library in its own right.
@@ -341,6 +347,151 @@ fn link_needed(root: &Root, dir: &str, name: &str, soname: &str) -> Option<Link>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+    use std::process::Command;
+
+    const EM_X86_64: u16 = 62;
+
+    fn put(root: &Path, path: &str, bytes: &[u8]) {
+        let p = root.join(path.trim_start_matches('/'));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    }
+
+    fn so(soname: &str) -> Vec<u8> {
+        elf::tests::tiny_so(Some(soname), EM_X86_64, true)
+    }
+
+    fn plan_at(root: &Path, extra: &[&str]) -> Result<Update, LdCacheError> {
+        plan(&Root::open(root).unwrap(), &Options { extra_dirs: extra.iter().map(PathBuf::from).collect() })
+    }
+
+    fn keys(u: &Update) -> Vec<String> {
+        parse(&u.cache).unwrap().into_iter().map(|e| format!("{} {}", e.key, e.path)).collect()
+    }
+
+    /// Unmounts on drop, panicking test or not.
+    struct Mount(PathBuf);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+
+    #[test]
+    fn a_plain_tree_gets_its_links_and_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libfoo.so.1.2.3", &so("libfoo.so.1"));
+        put(r, "/usr/lib/libfoo.so.1.2.0", &so("libfoo.so.1"));
+        put(r, "/usr/lib/libbar.so", &elf::tests::tiny_so(None, EM_X86_64, true));
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libfoo.so.1 /usr/lib/libfoo.so.1", "libbar.so /usr/lib/libbar.so"]);
+        assert_eq!(u.links, [Link { path: "/usr/lib/libfoo.so.1".into(), target: "libfoo.so.1.2.3".into() }]);
+    }
+
+    #[test]
+    fn nothing_outside_the_root_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        let out = outside.to_str().unwrap().to_owned();
+        put(&outside, "/lib/liboutside.so.1", &so("liboutside.so.1"));
+        put(&outside, "/etc/ld.so.conf", format!("{out}/lib\n").as_bytes());
+        put(&outside, "/etc/ld.so.conf.d/x.conf", format!("{out}/lib\n").as_bytes());
+
+        // The root's /etc is a link out, absolute and relative.
+        for target in [format!("{out}/etc"), "../../../../../../../../outside/etc".into()] {
+            let r = tmp.path().join("r1");
+            let _ = fs::remove_dir_all(&r);
+            put(&r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+            symlink(&target, r.join("etc")).unwrap();
+            let u = plan_at(&r, &[]).unwrap();
+            assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"], "/etc -> {target}");
+        }
+
+        // Lines, includes and library links that name the outside through /proc or `..`, with the
+        // real /proc mounted in the root when this test may mount.
+        let r = tmp.path().join("r2");
+        fs::create_dir_all(r.join("proc")).unwrap();
+        let _mount = Command::new("mount")
+            .args(["--bind", "/proc"])
+            .arg(r.join("proc"))
+            .status()
+            .is_ok_and(|s| s.success())
+            .then(|| Mount(r.join("proc")));
+        put(
+            &r,
+            "/etc/ld.so.conf",
+            format!(
+                "include /proc/self/root{out}/etc/*.conf\ninclude ../../../../../../..{out}/etc/ld.so.conf\n\
+                 /proc/1/root{out}/lib\n/proc/self/cwd\n{out}/lib\n/../../../../../../..{out}/lib\n/usr/lib\n"
+            )
+            .as_bytes(),
+        );
+        put(&r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        symlink(format!("/proc/1/root{out}/lib/liboutside.so.1"), r.join("usr/lib/libproc.so.1")).unwrap();
+        symlink(format!("../../../../../../../..{out}/lib/liboutside.so.1"), r.join("usr/lib/libdots.so.1"))
+            .unwrap();
+        symlink(format!("/proc/1/root{out}/lib"), r.join("lib")).unwrap();
+        let u = plan_at(&r, &[&format!("/proc/self/root{out}/lib")]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+        assert!(u.links.is_empty(), "{:?}", u.links);
+    }
+
+    #[test]
+    fn fifos_do_not_block_and_are_not_libraries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        fs::create_dir_all(r.join("etc")).unwrap();
+        for p in ["usr/lib/libfifo.so.1", "etc/ld.so.conf"] {
+            assert!(Command::new("mkfifo").arg(r.join(p)).status().unwrap().success());
+        }
+        symlink("libfifo.so.1", r.join("usr/lib/libfifolink.so.2")).unwrap();
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+    }
+
+    #[test]
+    fn include_loops_and_huge_files_fail_with_the_file_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
+        put(r, "/etc/ld.so.conf.d/loop.conf", b"include loop.conf\n");
+        let e = plan_at(r, &[]).unwrap_err().to_string();
+        assert!(e.contains("loop.conf") && e.contains("deeper"), "{e}");
+
+        put(r, "/etc/ld.so.conf.d/loop.conf", &vec![b'/'; conf::MAX_CONF_BYTES as usize + 1]);
+        let e = plan_at(r, &[]).unwrap_err().to_string();
+        assert!(e.contains("loop.conf") && e.contains("limit"), "{e}");
+
+        for i in 0..conf::MAX_CONF_FILES + 1 {
+            put(r, &format!("/etc/ld.so.conf.d/{i:04}.conf"), b"/usr/lib\n");
+        }
+        fs::remove_file(r.join("etc/ld.so.conf.d/loop.conf")).unwrap();
+        let e = plan_at(r, &[]).unwrap_err();
+        assert!(matches!(e, LdCacheError::TooMany { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_soname_that_is_not_a_file_name_is_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libevil.so.1", &so("../../etc/evil"));
+        put(r, "/usr/lib/libdot.so.1", &so(".."));
+        put(r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+        assert!(u.links.is_empty());
+    }
+
+    #[test]
+    fn relative_extra_folders_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = plan_at(tmp.path(), &["usr/lib"]).unwrap_err().to_string();
+        assert!(e.contains("usr/lib") && e.contains("absolute"), "{e}");
+    }
 
     #[test]
     fn dso_names() {
