@@ -303,10 +303,10 @@ fn search_dir(
     }
     // ldconfig keeps its list newest-first.
     for d in dlibs.into_iter().rev() {
-        if !d.is_link {
-            if let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname) {
-                links.push(link);
-            }
+        if !d.is_link
+            && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
+        {
+            links.push(link);
         }
         entries.push(Entry {
             key: d.soname.clone(),
@@ -324,10 +324,10 @@ fn link_needed(root: &Root, dir: &str, name: &str, soname: &str) -> Option<Link>
     let so_path = join(dir, soname);
     let lib_path = join(dir, name);
     let ident = |p: &str| root.metadata(Path::new(p)).ok().flatten().map(|m| (m.dev(), m.ino()));
-    if let Some(so) = ident(&so_path) {
-        if Some(so) == ident(&lib_path) {
-            return None;
-        }
+    if let Some(so) = ident(&so_path)
+        && Some(so) == ident(&lib_path)
+    {
+        return None;
     }
     match root.symlink_metadata(Path::new(&so_path)) {
         Ok(None) => {}
