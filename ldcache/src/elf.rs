@@ -73,19 +73,46 @@ impl ReadAt for [u8] {
     }
 }
 
+const PAGE: u64 = 4096;
+/// Pages kept per file: header, program headers, dynamic section and strings fit in a few.
+const MAX_PAGES: usize = 64;
+
+/// Reads a file through a small page cache, so the many small fields cost a few `pread`s.
 struct Reader<'a, R: ReadAt + ?Sized> {
     file: &'a R,
     len: u64,
     is64: bool,
+    pages: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
 }
 
 impl<R: ReadAt + ?Sized> Reader<'_, R> {
+    fn byte(&self, at: u64) -> Option<u8> {
+        if at >= self.len {
+            return None;
+        }
+        let page = at / PAGE;
+        let mut pages = self.pages.borrow_mut();
+        if let Some((_, b)) = pages.iter().find(|(p, _)| *p == page) {
+            return b.get((at % PAGE) as usize).copied();
+        }
+        let start = page * PAGE;
+        let mut b = vec![0; (self.len - start).min(PAGE) as usize];
+        self.file.read_exact_at(&mut b, start)?;
+        let v = b.get((at % PAGE) as usize).copied();
+        if pages.len() >= MAX_PAGES {
+            pages.remove(0);
+        }
+        pages.push((page, b));
+        v
+    }
     fn bytes<const N: usize>(&self, at: u64) -> Option<[u8; N]> {
         if at.checked_add(N as u64)? > self.len {
             return None;
         }
         let mut b = [0; N];
-        self.file.read_exact_at(&mut b, at)?;
+        for (i, c) in b.iter_mut().enumerate() {
+            *c = self.byte(at + i as u64)?;
+        }
         Some(b)
     }
     fn u16(&self, at: u64) -> Option<u16> {
@@ -103,22 +130,21 @@ impl<R: ReadAt + ?Sized> Reader<'_, R> {
     }
     /// A NUL-terminated string starting at `at`, at most [`MAX_NAME`] bytes.
     fn cstr(&self, at: u64) -> Option<Vec<u8>> {
-        if at >= self.len {
-            return None;
+        let mut out = Vec::new();
+        for i in 0..=MAX_NAME as u64 {
+            match self.byte(at.checked_add(i)?)? {
+                0 => return Some(out),
+                c => out.push(c),
+            }
         }
-        let n = (self.len - at).min(MAX_NAME as u64 + 1) as usize;
-        let mut buf = vec![0; n];
-        self.file.read_exact_at(&mut buf, at)?;
-        let end = buf.iter().position(|&c| c == 0)?;
-        buf.truncate(end);
-        Some(buf)
+        None
     }
 }
 
 /// Reads what ldconfig would from a file of `len` bytes; `None` if ldconfig would skip it.
 pub fn inspect<R: ReadAt + ?Sized>(file: &R, len: u64) -> Option<Library> {
     // ldconfig skips files smaller than an ELF header.
-    let mut r = Reader { file, len, is64: false };
+    let mut r = Reader { file, len, is64: false, pages: Default::default() };
     let ident = r.bytes::<16>(0)?;
     if len < 64 || &ident[..4] != b"\x7fELF" || ident[5] != 1 {
         return None;
