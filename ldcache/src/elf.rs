@@ -1,0 +1,355 @@
+//! What ldconfig reads from a library file: its cache flags (from the ELF class and machine, and
+//! for i386 from its interpreter and `DT_NEEDED`) and its `DT_SONAME`.
+//!
+//! Mirrors glibc's `process_elf_file` (x86 and aarch64 variants): a file that is not a
+//! little-endian ELF shared object for a known machine, or has no dynamic section or string table,
+//! is not a library. Every offset comes from the file and is bounds-checked; only the bytes needed
+//! are read, so a 100 MB library costs a few small reads.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use crate::format::{
+    FLAG_AARCH64_LIB64, FLAG_ELF, FLAG_ELF_LIBC5, FLAG_ELF_LIBC6, FLAG_X8664_LIB64, FLAG_X8664_LIBX32,
+};
+
+const ET_DYN: u16 = 3;
+const EM_386: u16 = 3;
+const EM_X86_64: u16 = 62;
+const EM_AARCH64: u16 = 183;
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+const PT_INTERP: u32 = 3;
+const DT_NULL: u64 = 0;
+const DT_NEEDED: u64 = 1;
+const DT_STRTAB: u64 = 5;
+const DT_SONAME: u64 = 14;
+/// Caps against hostile files: no real library comes near them.
+const MAX_PHDRS: usize = 1024;
+const MAX_DYNAMIC_ENTRIES: usize = 16 * 1024;
+const MAX_NAME: usize = 4096;
+
+/// `known_libs`: a `DT_NEEDED` on one of these tells an i386 library's C library.
+const KNOWN_LIBS: &[(&[u8], i32)] = &[
+    (b"libc.so.6", FLAG_ELF_LIBC6),
+    (b"libm.so.6", FLAG_ELF_LIBC6),
+    (b"libc.so.5", FLAG_ELF_LIBC5),
+    (b"libm.so.5", FLAG_ELF_LIBC5),
+];
+/// `interpreters`: so does the program interpreter.
+const INTERPRETERS: &[(&[u8], i32)] = &[
+    (b"/lib/ld-linux.so.1", FLAG_ELF_LIBC5),
+    (b"/lib/ld-linux.so.2", FLAG_ELF_LIBC6),
+    (b"/lib64/ld-linux-x86-64.so.2", FLAG_ELF_LIBC6),
+    (b"/libx32/ld-linux-x32.so.2", FLAG_ELF_LIBC6),
+];
+
+/// What the cache records of one library.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// Cache flags (type and architecture).
+    pub flags: i32,
+    /// `DT_SONAME`, when the library has one.
+    pub soname: Option<String>,
+}
+
+/// Random access to a file's bytes.
+pub trait ReadAt {
+    /// Fills `buf` from `offset`; `None` if the file ends first or the read fails.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Option<()>;
+}
+
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Option<()> {
+        FileExt::read_exact_at(self, buf, offset).ok()
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Option<()> {
+        let start = usize::try_from(offset).ok()?;
+        buf.copy_from_slice(self.get(start..start.checked_add(buf.len())?)?);
+        Some(())
+    }
+}
+
+const PAGE: u64 = 4096;
+/// Pages kept per file: header, program headers, dynamic section and strings fit in a few.
+const MAX_PAGES: usize = 64;
+
+/// Reads a file through a small page cache, so the many small fields cost a few `pread`s.
+struct Reader<'a, R: ReadAt + ?Sized> {
+    file: &'a R,
+    len: u64,
+    is64: bool,
+    pages: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
+}
+
+impl<R: ReadAt + ?Sized> Reader<'_, R> {
+    fn byte(&self, at: u64) -> Option<u8> {
+        if at >= self.len {
+            return None;
+        }
+        let page = at / PAGE;
+        let mut pages = self.pages.borrow_mut();
+        if let Some((_, b)) = pages.iter().find(|(p, _)| *p == page) {
+            return b.get((at % PAGE) as usize).copied();
+        }
+        let start = page * PAGE;
+        let mut b = vec![0; (self.len - start).min(PAGE) as usize];
+        self.file.read_exact_at(&mut b, start)?;
+        let v = b.get((at % PAGE) as usize).copied();
+        if pages.len() >= MAX_PAGES {
+            pages.remove(0);
+        }
+        pages.push((page, b));
+        v
+    }
+    fn bytes<const N: usize>(&self, at: u64) -> Option<[u8; N]> {
+        if at.checked_add(N as u64)? > self.len {
+            return None;
+        }
+        let mut b = [0; N];
+        for (i, c) in b.iter_mut().enumerate() {
+            *c = self.byte(at + i as u64)?;
+        }
+        Some(b)
+    }
+    fn u16(&self, at: u64) -> Option<u16> {
+        self.bytes::<2>(at).map(u16::from_le_bytes)
+    }
+    fn u32(&self, at: u64) -> Option<u32> {
+        self.bytes::<4>(at).map(u32::from_le_bytes)
+    }
+    fn u64(&self, at: u64) -> Option<u64> {
+        self.bytes::<8>(at).map(u64::from_le_bytes)
+    }
+    /// A word of the file's class (`Elf32_Addr`/`Elf64_Addr`-sized).
+    fn word(&self, at: u64) -> Option<u64> {
+        if self.is64 { self.u64(at) } else { self.u32(at).map(u64::from) }
+    }
+    /// A NUL-terminated string starting at `at`, at most [`MAX_NAME`] bytes.
+    fn cstr(&self, at: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..=MAX_NAME as u64 {
+            match self.byte(at.checked_add(i)?)? {
+                0 => return Some(out),
+                c => out.push(c),
+            }
+        }
+        None
+    }
+}
+
+/// Reads what ldconfig would from a file of `len` bytes; `None` if ldconfig would skip it.
+pub fn inspect<R: ReadAt + ?Sized>(file: &R, len: u64) -> Option<Library> {
+    // ldconfig skips files smaller than an ELF header.
+    let mut r = Reader { file, len, is64: false, pages: Default::default() };
+    let ident = r.bytes::<16>(0)?;
+    if len < 64 || &ident[..4] != b"\x7fELF" || ident[5] != 1 {
+        return None;
+    }
+    r.is64 = match ident[4] {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    if r.u16(16)? != ET_DYN {
+        return None;
+    }
+    let machine = r.u16(18)?;
+    let file_flag = match (machine, r.is64) {
+        (EM_X86_64, true) => Some(FLAG_X8664_LIB64 | FLAG_ELF_LIBC6),
+        (EM_X86_64, false) => Some(FLAG_X8664_LIBX32 | FLAG_ELF_LIBC6),
+        (EM_AARCH64, true) => Some(FLAG_AARCH64_LIB64 | FLAG_ELF_LIBC6),
+        (EM_386, false) => None,
+        _ => return None,
+    };
+    let (phoff, phnum, phsize) = if r.is64 {
+        (r.u64(32)?, r.u16(56)? as usize, 56u64)
+    } else {
+        (u64::from(r.u32(28)?), r.u16(44)? as usize, 32u64)
+    };
+    let mut flag = FLAG_ELF;
+    let mut loadaddr: Option<u64> = None;
+    let mut dynamic: Option<(u64, u64)> = None;
+    for i in 0..phnum.min(MAX_PHDRS) as u64 {
+        let ph = phoff.checked_add(i * phsize)?;
+        let p_type = r.u32(ph)?;
+        let (offset, vaddr, filesz) = if r.is64 {
+            (r.u64(ph + 8)?, r.u64(ph + 16)?, r.u64(ph + 32)?)
+        } else {
+            (u64::from(r.u32(ph + 4)?), u64::from(r.u32(ph + 8)?), u64::from(r.u32(ph + 16)?))
+        };
+        match p_type {
+            PT_LOAD if loadaddr.is_none() => loadaddr = Some(vaddr.wrapping_sub(offset)),
+            PT_DYNAMIC => dynamic = Some((offset, filesz)),
+            PT_INTERP => {
+                let interp = r.cstr(offset)?;
+                if let Some(&(_, f)) = INTERPRETERS.iter().find(|(name, _)| *name == interp.as_slice()) {
+                    flag = f;
+                }
+            }
+            _ => {}
+        }
+    }
+    let (dyn_off, dyn_size) = dynamic?;
+    if dyn_size == 0 {
+        return None;
+    }
+    let step = if r.is64 { 16 } else { 8 };
+    let entry = |i: usize| -> Option<(u64, u64)> {
+        let at = dyn_off.checked_add(i as u64 * step)?;
+        Some((r.word(at)?, r.word(at + step / 2)?))
+    };
+    let mut strtab = None;
+    for i in 0..MAX_DYNAMIC_ENTRIES {
+        let (tag, val) = entry(i)?;
+        if tag == DT_NULL {
+            break;
+        }
+        if tag == DT_STRTAB {
+            strtab = Some(val.wrapping_sub(loadaddr.unwrap_or(0)));
+            break;
+        }
+    }
+    let strtab = strtab?;
+    let mut soname = None;
+    for i in 0..MAX_DYNAMIC_ENTRIES {
+        let (tag, val) = entry(i)?;
+        if tag == DT_NULL {
+            break;
+        }
+        if tag != DT_NEEDED && tag != DT_SONAME {
+            continue;
+        }
+        let name = r.cstr(strtab.checked_add(val)?)?;
+        if tag == DT_NEEDED {
+            if flag == FLAG_ELF
+                && let Some(&(_, f)) = KNOWN_LIBS.iter().find(|(n, _)| *n == name.as_slice())
+            {
+                flag = f;
+            }
+        } else {
+            soname = Some(String::from_utf8_lossy(&name).into_owned());
+        }
+        if soname.is_some() && flag != FLAG_ELF {
+            break;
+        }
+    }
+    Some(Library { flags: file_flag.unwrap_or(flag), soname })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal 64-bit x86-64 shared object: one PT_LOAD, one PT_DYNAMIC with DT_STRTAB,
+    /// DT_NEEDED libc.so.6 and (if given) DT_SONAME.
+    pub(crate) fn tiny_so(soname: Option<&str>, machine: u16, is64: bool) -> Vec<u8> {
+        let mut strtab = b"\0libc.so.6\0".to_vec();
+        let soname_at = strtab.len() as u64;
+        if let Some(s) = soname {
+            strtab.extend_from_slice(s.as_bytes());
+            strtab.push(0);
+        }
+        let (eh, ph, dynsz) = if is64 { (64u64, 56u64, 16u64) } else { (52, 32, 8) };
+        let dyn_off = eh + 2 * ph;
+        let mut dynamic = vec![(DT_STRTAB, 0u64), (DT_NEEDED, 1)];
+        if soname.is_some() {
+            dynamic.push((DT_SONAME, soname_at));
+        }
+        dynamic.push((DT_NULL, 0));
+        let str_off = dyn_off + dynamic.len() as u64 * dynsz;
+        dynamic[0].1 = str_off + 0x1000; // a vaddr: the load segment maps offset 0 at 0x1000
+        let mut b = vec![0u8; eh as usize];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = if is64 { 2 } else { 1 };
+        b[5] = 1;
+        b[6] = 1;
+        b[16..18].copy_from_slice(&ET_DYN.to_le_bytes());
+        b[18..20].copy_from_slice(&machine.to_le_bytes());
+        let word = |b: &mut Vec<u8>, v: u64| {
+            if is64 {
+                b.extend_from_slice(&v.to_le_bytes())
+            } else {
+                b.extend_from_slice(&(v as u32).to_le_bytes())
+            }
+        };
+        if is64 {
+            b[32..40].copy_from_slice(&eh.to_le_bytes());
+            b[54..56].copy_from_slice(&(ph as u16).to_le_bytes());
+            b[56..58].copy_from_slice(&2u16.to_le_bytes());
+        } else {
+            b[28..32].copy_from_slice(&(eh as u32).to_le_bytes());
+            b[42..44].copy_from_slice(&(ph as u16).to_le_bytes());
+            b[44..46].copy_from_slice(&2u16.to_le_bytes());
+        }
+        let total = str_off + strtab.len() as u64;
+        for (ty, off, vaddr, size) in
+            [(PT_LOAD, 0, 0x1000, total), (PT_DYNAMIC, dyn_off, dyn_off + 0x1000, total - dyn_off)]
+        {
+            b.extend_from_slice(&ty.to_le_bytes());
+            if is64 {
+                b.extend_from_slice(&0u32.to_le_bytes());
+                for v in [off, vaddr, vaddr, size, size, 8] {
+                    word(&mut b, v);
+                }
+            } else {
+                for v in [off, vaddr, vaddr, size, size, 0, 4] {
+                    word(&mut b, v);
+                }
+            }
+        }
+        for (tag, val) in dynamic {
+            word(&mut b, tag);
+            word(&mut b, val);
+        }
+        b.extend_from_slice(&strtab);
+        assert_eq!(b.len() as u64, total);
+        b
+    }
+
+    #[test]
+    fn reads_soname_and_flags() {
+        let so = tiny_so(Some("libfoo.so.1"), EM_X86_64, true);
+        let lib = inspect(so.as_slice(), so.len() as u64).unwrap();
+        assert_eq!(lib, Library { flags: 0x0303, soname: Some("libfoo.so.1".into()) });
+        let so = tiny_so(None, EM_X86_64, true);
+        assert_eq!(inspect(so.as_slice(), so.len() as u64).unwrap().soname, None);
+    }
+
+    #[test]
+    fn i386_flags_come_from_needed_libraries() {
+        let so = tiny_so(Some("libfoo.so.1"), EM_386, false);
+        assert_eq!(inspect(so.as_slice(), so.len() as u64).unwrap().flags, FLAG_ELF_LIBC6);
+        let so = tiny_so(Some("libfoo.so.1"), EM_X86_64, false);
+        assert_eq!(inspect(so.as_slice(), so.len() as u64).unwrap().flags, 0x0803);
+    }
+
+    #[test]
+    fn skips_what_ldconfig_skips() {
+        let so = tiny_so(Some("libfoo.so.1"), 40 /* EM_ARM */, true);
+        assert_eq!(inspect(so.as_slice(), so.len() as u64), None);
+        let mut exec = tiny_so(Some("libfoo.so.1"), EM_X86_64, true);
+        exec[16] = 2; // ET_EXEC
+        assert_eq!(inspect(exec.as_slice(), exec.len() as u64), None);
+        assert_eq!(inspect(&b"/* GNU ld script */ GROUP ( libc.so.6 )"[..], 39), None);
+        assert_eq!(inspect(&[][..], 0), None);
+    }
+
+    #[test]
+    fn survives_every_truncation_and_hostile_offsets() {
+        let so = tiny_so(Some("libfoo.so.1"), EM_X86_64, true);
+        for n in 0..so.len() {
+            let _ = inspect(&so[..n], n as u64);
+        }
+        for at in 0..so.len() {
+            let mut bad = so.clone();
+            bad[at] = 0xff;
+            let _ = inspect(bad.as_slice(), bad.len() as u64);
+        }
+        // A length claim larger than the bytes: reads fail cleanly.
+        assert_eq!(inspect(&so[..70], 1 << 40), None);
+    }
+}

@@ -1,0 +1,510 @@
+//! Builds a root's `/etc/ld.so.cache` and the SONAME links glibc's `ldconfig -r ROOT DIR...` would
+//! make, without running any program.
+//!
+//! [`plan`] follows ldconfig (glibc 2.36, elf/ldconfig.c and elf/cache.c): the directories are the
+//! extra ones (ldconfig's command-line folders, first), those of `/etc/ld.so.conf` with its
+//! includes, then the builtin system directories; a directory reached twice (same device and inode)
+//! counts once, under its first name. In each, files named `lib*.so*` or `ld-*.so*` that are ELF
+//! shared objects for a known machine are grouped by SONAME, the newest name winning (files over
+//! links, then [`format::libcmp`]); the cache lists `<dir>/<soname>` for each, sorted as the loader
+//! binary-searches it. Every file access goes through [`Root`] (openat2 `RESOLVE_IN_ROOT |
+//! RESOLVE_NO_MAGICLINKS`), so no symlink, `..` or `/proc` path in the image leads outside it.
+//!
+//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped: the loader still finds
+//! those libraries through the main directory), and removal of dangling `*.so.*` links (ldconfig
+//! deletes them; we leave them).
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nvinject_fsio::root::{EntryType, Root, RootError};
+
+mod conf;
+pub mod elf;
+pub mod format;
+
+pub use format::{Entry, host_arch_flags, parse};
+
+/// The cache file inside a root.
+pub const CACHE_PATH: &str = "/etc/ld.so.cache";
+/// The configuration ldconfig reads inside a root.
+pub const CONF_PATH: &str = "/etc/ld.so.conf";
+/// The generator string written into our caches.
+pub const GENERATOR: &str = concat!("nvinject-ldcache ", env!("CARGO_PKG_VERSION"));
+
+/// The directories ldconfig always scans after its configuration (Debian's glibc: `SLIBDIR`,
+/// `LIBDIR`, then `/lib` and `/usr/lib`).
+#[cfg(target_arch = "x86_64")]
+pub const SYSTEM_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"];
+/// The directories ldconfig always scans after its configuration.
+#[cfg(target_arch = "aarch64")]
+pub const SYSTEM_DIRS: &[&str] =
+    &["/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"];
+/// The directories ldconfig always scans after its configuration.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const SYSTEM_DIRS: &[&str] = &["/lib", "/usr/lib"];
+
+/// Limits against hostile images (far above any distribution's).
+pub const MAX_DIRS: usize = 1024;
+/// Entries listed in one directory.
+pub const MAX_DIR_ENTRIES: usize = 1 << 16;
+/// Cache entries in all.
+pub const MAX_ENTRIES: usize = 1 << 18;
+
+/// What to add to the image's own configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Injected folders, absolute inside the root; scanned first, as ldconfig's command-line
+    /// folders are.
+    pub extra_dirs: Vec<PathBuf>,
+}
+
+/// What to write: the cache bytes (for [`CACHE_PATH`]) and the links to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// The complete new-format cache.
+    pub cache: Vec<u8>,
+    /// SONAME links ldconfig would create (or replace, when a symlink of that name is dangling or
+    /// points elsewhere).
+    pub links: Vec<Link>,
+}
+
+/// One SONAME link.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Link {
+    /// Absolute inside the root: `<dir>/<soname>`.
+    pub path: PathBuf,
+    /// The file name in that directory the link points to.
+    pub target: PathBuf,
+}
+
+/// Why a plan or a cache read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LdCacheError {
+    /// Neither known magic at the start of the file.
+    #[error("not an ld.so.cache (unknown magic); regenerate it with `ldconfig -r <root>`")]
+    BadMagic,
+    /// The file ends before the structure it announces.
+    #[error(
+        "ld.so.cache truncated at byte {offset} (file is {len} bytes); regenerate it with `ldconfig -r <root>`"
+    )]
+    Truncated {
+        /// Where the missing data should have been.
+        offset: usize,
+        /// File size.
+        len: usize,
+    },
+    /// A file or listing in the root could not be used.
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// An `ld.so.conf` file is unusable.
+    #[error("{file} line {line}: {message}")]
+    Conf {
+        /// The file, inside the root.
+        file: String,
+        /// 1-based line (0: the file as a whole).
+        line: usize,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A limit against hostile images was reached.
+    #[error("more than {limit} {what}; the image's library configuration is not one ldconfig is meant for")]
+    TooMany {
+        /// What was counted.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// One library kept in a directory (ldconfig's `dlib_entry`).
+struct Dlib {
+    name: String,
+    soname: String,
+    flag: i32,
+    is_link: bool,
+}
+
+struct Dir {
+    path: String,
+    flag: i32,
+}
+
+/// Whether ldconfig looks at a directory entry of this name at all.
+fn looks_like_dso(name: &[u8]) -> bool {
+    let has_so = name.windows(3).any(|w| w == b".so");
+    (name.starts_with(b"lib") || name.starts_with(b"ld-")) && has_so && !is_prelink_temp(name)
+}
+
+fn is_prelink_temp(name: &[u8]) -> bool {
+    const T: &[u8] = b".#prelink#";
+    // `.#prelink#` itself, or `.#prelink#.XXXXXX` (mkstemp's six characters).
+    name.ends_with(T)
+        || (name.len() >= T.len() + 7 && name[name.len() - T.len() - 7..].starts_with(b".#prelink#."))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{dir}/{name}")
+}
+
+fn not_found(e: &RootError) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound
+}
+
+/// Plans the cache and links for `root` (the container's rootfs).
+pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
+    let mut lines = Vec::new();
+    for d in &options.extra_dirs {
+        let s = d.to_str().ok_or_else(|| LdCacheError::Conf {
+            file: "<extra folders>".into(),
+            line: 0,
+            message: format!("{} is not UTF-8; name injected folders in UTF-8", d.display()),
+        })?;
+        if !s.starts_with('/') {
+            return Err(LdCacheError::Conf {
+                file: "<extra folders>".into(),
+                line: 0,
+                message: format!("{s} is relative; give injected folders as absolute paths inside the root"),
+            });
+        }
+        lines.push(conf::dir_line(s));
+    }
+    let mut reader = conf::ConfReader::new(root);
+    reader.read(Path::new(CONF_PATH), 0)?;
+    lines.append(&mut reader.dirs);
+    lines.extend(SYSTEM_DIRS.iter().map(|d| conf::dir_line(d)));
+
+    // add_dir_1 / add_single_dir: existing paths only, one per (dev, inode), first name kept,
+    // the later line's type flag winning.
+    let mut dirs: Vec<Dir> = Vec::new();
+    let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    for line in lines {
+        if !line.path.starts_with('/') {
+            tracing::warn!(dir = %line.path, "relative ld.so.conf directory ignored");
+            continue;
+        }
+        let meta = match root.metadata(Path::new(&line.path)) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "ld.so.conf directory skipped");
+                continue;
+            }
+        };
+        match seen.get(&(meta.dev(), meta.ino())) {
+            Some(&i) => dirs[i].flag = line.flag,
+            None => {
+                if dirs.len() >= MAX_DIRS {
+                    return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
+                }
+                seen.insert((meta.dev(), meta.ino()), dirs.len());
+                dirs.push(Dir { path: line.path, flag: line.flag });
+            }
+        }
+    }
+
+    let mut entries = Vec::new();
+    let mut links = Vec::new();
+    for dir in &dirs {
+        search_dir(root, dir, &mut entries, &mut links)?;
+        if entries.len() > MAX_ENTRIES {
+            return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
+        }
+    }
+    format::sort_entries(&mut entries);
+    let cache = format::encode(&entries, GENERATOR)?;
+    Ok(Update { cache, links })
+}
+
+/// ldconfig's `search_dir` for one directory (no subdirectories).
+fn search_dir(
+    root: &Root,
+    dir: &Dir,
+    entries: &mut Vec<Entry>,
+    links: &mut Vec<Link>,
+) -> Result<(), LdCacheError> {
+    let listing = match root.read_dir(Path::new(&dir.path)) {
+        Ok(l) => l,
+        Err(e) => {
+            // ldconfig: "Can't open directory", and on.
+            tracing::debug!(error = %e, "library directory skipped");
+            return Ok(());
+        }
+    };
+    if listing.len() > MAX_DIR_ENTRIES {
+        return Err(LdCacheError::TooMany {
+            what: "entries in one library directory",
+            limit: MAX_DIR_ENTRIES,
+        });
+    }
+    let mut dlibs: Vec<Dlib> = Vec::new();
+    let mut by_soname: HashMap<String, usize> = HashMap::new();
+    for (name, ty) in listing {
+        if !matches!(ty, EntryType::File | EntryType::Symlink) || !looks_like_dso(name.as_bytes()) {
+            continue;
+        }
+        let Some(name) = name.to_str().map(str::to_owned) else { continue };
+        let file = join(&dir.path, &name);
+        let mut is_link = ty == EntryType::Symlink;
+        // Symlinks are followed inside the root; dangling ones, directories and devices are not
+        // libraries. open_regular never blocks on a FIFO.
+        let (f, meta) = match root.open_regular(Path::new(&file)) {
+            Ok(x) => x,
+            Err(e) => {
+                if !not_found(&e) {
+                    tracing::debug!(error = %e, "not a library file");
+                }
+                continue;
+            }
+        };
+        let Some(lib) = elf::inspect(&f, meta.len()) else { continue };
+        let mut soname = lib.soname.unwrap_or_else(|| name.clone());
+        // A SONAME is a file name: one with a `/` (or `.`, `..`, empty) would make the link land
+        // elsewhere than the directory. ldconfig does not check; no real library has one.
+        if soname.is_empty() || soname == "." || soname == ".." || soname.contains('/') {
+            tracing::warn!(file, soname, "SONAME is not a file name; library skipped");
+            continue;
+        }
+        if is_link && name != soname {
+            // A link not named after the SONAME (nor the `.so` development link for it) is a
+            // library in its own right.
+            let dev_link = name.ends_with(".so") && soname.starts_with(&name);
+            if !dev_link {
+                is_link = false;
+            }
+        }
+        if is_link {
+            soname = name.clone();
+        }
+        let mut flag = lib.flags;
+        if flag == format::FLAG_ELF
+            && (dir.flag == format::FLAG_ELF_LIBC5 || dir.flag == format::FLAG_ELF_LIBC6)
+        {
+            flag = dir.flag;
+        }
+        match by_soname.get(&soname) {
+            Some(&i) => {
+                let old = &mut dlibs[i];
+                if (!is_link && old.is_link)
+                    || (is_link == old.is_link && format::libcmp(old.name.as_bytes(), name.as_bytes()) < 0)
+                {
+                    // The first one's flag stays, as in ldconfig.
+                    old.name = name;
+                    old.is_link = is_link;
+                }
+            }
+            None => {
+                by_soname.insert(soname.clone(), dlibs.len());
+                dlibs.push(Dlib { name, soname, flag, is_link });
+            }
+        }
+    }
+    // ldconfig keeps its list newest-first.
+    for d in dlibs.into_iter().rev() {
+        if !d.is_link
+            && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
+        {
+            links.push(link);
+        }
+        entries.push(Entry {
+            key: d.soname.clone(),
+            path: join(&dir.path, &d.soname),
+            flags: d.flag,
+            hwcap: 0,
+        });
+    }
+    Ok(())
+}
+
+/// ldconfig's `create_links`: a link `<dir>/<soname> -> <name>` unless that path already leads to
+/// the same file, or is something other than a symlink.
+fn link_needed(root: &Root, dir: &str, name: &str, soname: &str) -> Option<Link> {
+    let so_path = join(dir, soname);
+    let lib_path = join(dir, name);
+    let ident = |p: &str| root.metadata(Path::new(p)).ok().flatten().map(|m| (m.dev(), m.ino()));
+    if let Some(so) = ident(&so_path)
+        && Some(so) == ident(&lib_path)
+    {
+        return None;
+    }
+    match root.symlink_metadata(Path::new(&so_path)) {
+        Ok(None) => {}
+        Ok(Some(m)) if m.file_type().is_symlink() => {}
+        Ok(Some(_)) => {
+            tracing::warn!(path = so_path, "is not a symbolic link; SONAME link not made");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "SONAME link not made");
+            return None;
+        }
+    }
+    Some(Link { path: PathBuf::from(so_path), target: PathBuf::from(name) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+    use std::process::Command;
+
+    const EM_X86_64: u16 = 62;
+
+    fn put(root: &Path, path: &str, bytes: &[u8]) {
+        let p = root.join(path.trim_start_matches('/'));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    }
+
+    fn so(soname: &str) -> Vec<u8> {
+        elf::tests::tiny_so(Some(soname), EM_X86_64, true)
+    }
+
+    fn plan_at(root: &Path, extra: &[&str]) -> Result<Update, LdCacheError> {
+        plan(&Root::open(root).unwrap(), &Options { extra_dirs: extra.iter().map(PathBuf::from).collect() })
+    }
+
+    fn keys(u: &Update) -> Vec<String> {
+        parse(&u.cache).unwrap().into_iter().map(|e| format!("{} {}", e.key, e.path)).collect()
+    }
+
+    /// Unmounts on drop, panicking test or not.
+    struct Mount(PathBuf);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+
+    #[test]
+    fn a_plain_tree_gets_its_links_and_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libfoo.so.1.2.3", &so("libfoo.so.1"));
+        put(r, "/usr/lib/libfoo.so.1.2.0", &so("libfoo.so.1"));
+        put(r, "/usr/lib/libbar.so", &elf::tests::tiny_so(None, EM_X86_64, true));
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libfoo.so.1 /usr/lib/libfoo.so.1", "libbar.so /usr/lib/libbar.so"]);
+        assert_eq!(u.links, [Link { path: "/usr/lib/libfoo.so.1".into(), target: "libfoo.so.1.2.3".into() }]);
+    }
+
+    #[test]
+    fn nothing_outside_the_root_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        let out = outside.to_str().unwrap().to_owned();
+        put(&outside, "/lib/liboutside.so.1", &so("liboutside.so.1"));
+        put(&outside, "/etc/ld.so.conf", format!("{out}/lib\n").as_bytes());
+        put(&outside, "/etc/ld.so.conf.d/x.conf", format!("{out}/lib\n").as_bytes());
+
+        // The root's /etc is a link out, absolute and relative.
+        for target in [format!("{out}/etc"), "../../../../../../../../outside/etc".into()] {
+            let r = tmp.path().join("r1");
+            let _ = fs::remove_dir_all(&r);
+            put(&r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+            symlink(&target, r.join("etc")).unwrap();
+            let u = plan_at(&r, &[]).unwrap();
+            assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"], "/etc -> {target}");
+        }
+
+        // Lines, includes and library links that name the outside through /proc or `..`, with the
+        // real /proc mounted in the root when this test may mount.
+        let r = tmp.path().join("r2");
+        fs::create_dir_all(r.join("proc")).unwrap();
+        let _mount = Command::new("mount")
+            .args(["--bind", "/proc"])
+            .arg(r.join("proc"))
+            .status()
+            .is_ok_and(|s| s.success())
+            .then(|| Mount(r.join("proc")));
+        put(
+            &r,
+            "/etc/ld.so.conf",
+            format!(
+                "include /proc/self/root{out}/etc/*.conf\ninclude ../../../../../../..{out}/etc/ld.so.conf\n\
+                 /proc/1/root{out}/lib\n/proc/self/cwd\n{out}/lib\n/../../../../../../..{out}/lib\n/usr/lib\n"
+            )
+            .as_bytes(),
+        );
+        put(&r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        symlink(format!("/proc/1/root{out}/lib/liboutside.so.1"), r.join("usr/lib/libproc.so.1")).unwrap();
+        symlink(format!("../../../../../../../..{out}/lib/liboutside.so.1"), r.join("usr/lib/libdots.so.1"))
+            .unwrap();
+        symlink(format!("/proc/1/root{out}/lib"), r.join("lib")).unwrap();
+        let u = plan_at(&r, &[&format!("/proc/self/root{out}/lib")]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+        assert!(u.links.is_empty(), "{:?}", u.links);
+    }
+
+    #[test]
+    fn fifos_do_not_block_and_are_not_libraries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        fs::create_dir_all(r.join("etc")).unwrap();
+        for p in ["usr/lib/libfifo.so.1", "etc/ld.so.conf"] {
+            assert!(Command::new("mkfifo").arg(r.join(p)).status().unwrap().success());
+        }
+        symlink("libfifo.so.1", r.join("usr/lib/libfifolink.so.2")).unwrap();
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+    }
+
+    #[test]
+    fn include_loops_and_huge_files_fail_with_the_file_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
+        put(r, "/etc/ld.so.conf.d/loop.conf", b"include loop.conf\n");
+        let e = plan_at(r, &[]).unwrap_err().to_string();
+        assert!(e.contains("loop.conf") && e.contains("deeper"), "{e}");
+
+        put(r, "/etc/ld.so.conf.d/loop.conf", &vec![b'/'; conf::MAX_CONF_BYTES as usize + 1]);
+        let e = plan_at(r, &[]).unwrap_err().to_string();
+        assert!(e.contains("loop.conf") && e.contains("limit"), "{e}");
+
+        for i in 0..conf::MAX_CONF_FILES + 1 {
+            put(r, &format!("/etc/ld.so.conf.d/{i:04}.conf"), b"/usr/lib\n");
+        }
+        fs::remove_file(r.join("etc/ld.so.conf.d/loop.conf")).unwrap();
+        let e = plan_at(r, &[]).unwrap_err();
+        assert!(matches!(e, LdCacheError::TooMany { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_soname_that_is_not_a_file_name_is_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libevil.so.1", &so("../../etc/evil"));
+        put(r, "/usr/lib/libdot.so.1", &so(".."));
+        put(r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        let u = plan_at(r, &[]).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+        assert!(u.links.is_empty());
+    }
+
+    #[test]
+    fn relative_extra_folders_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = plan_at(tmp.path(), &["usr/lib"]).unwrap_err().to_string();
+        assert!(e.contains("usr/lib") && e.contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn dso_names() {
+        for (n, want) in [
+            ("libc.so.6", true),
+            ("ld-linux-x86-64.so.2", true),
+            ("libfoo.so", true),
+            ("libfoo.a", false),
+            ("foo.so.1", false),
+            ("libfoo.so.1.#prelink#", false),
+            ("libfoo.so.1.#prelink#.AbCdEf", false),
+        ] {
+            assert_eq!(looks_like_dso(n.as_bytes()), want, "{n}");
+        }
+    }
+}
