@@ -116,8 +116,14 @@ impl Attack {
                if (fd >= 0) { write(fd, \"audit\\n\", 6); close(fd); }\n  return v;\n}\n",
             &marker,
         );
+        // Libraries static glibc itself could dlopen (NSS modules, the unwinder), found first through
+        // LD_LIBRARY_PATH if anything in the hook reached NSS or glibc's own unwinding.
+        for name in ["libnss_files.so.2", "libnss_dns.so.2", "libgcc_s.so.1"] {
+            fs::copy(a.path().join("evil.so"), a.path().join(name)).unwrap();
+        }
         let rootfs = a.path().join("bundle/rootfs");
         fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+        fs::create_dir_all(rootfs.join("etc/ld.so.conf.d")).unwrap();
         fs::write(a.path().join("bundle/config.json"), br#"{"root":{"path":"rootfs"}}"#).unwrap();
         a
     }
@@ -155,6 +161,7 @@ impl Attack {
             .env("LD_LIBRARY_PATH", dir)
             .env("LD_AUDIT", dir.join("audit.so"))
             .env("LD_BIND_NOW", "1")
+            .env("GCONV_PATH", dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -195,6 +202,12 @@ fn loader_variables_and_libraries_in_the_cwd_never_run_in_the_hook() {
     let link = attack.path().join("bundle/rootfs/usr/lib/libcuda.so");
     assert_eq!(fs::read_link(&link).unwrap(), Path::new("libcuda.so.1"), "the hook did its work");
     assert_eq!(attack.marker_text(), None, "code from the attacker's libraries ran in {}", hook.display());
+
+    // update-ldcache also starts the host's ldconfig: the child gets none of it either.
+    let out = attack.run(&hook, &["update-ldcache", "--folder", "/usr/lib"], state.as_bytes());
+    assert!(out.status.success(), "hook failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(attack.path().join("bundle/rootfs/etc/ld.so.cache").exists(), "the hook did its work");
+    assert_eq!(attack.marker_text(), None, "code from the attacker's libraries ran in update-ldcache");
 
     // A failing run (bad arguments) takes the same path through process start-up: still nothing.
     let out = attack.run(&hook, &["create-symlinks", "--link", "bad"], state.as_bytes());
