@@ -11,14 +11,15 @@
 //!   `nvinject_simnode::artifacts::static_hook`), and `main()` refuses to run when built otherwise;
 //! - paths inside the root are resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`
 //!   ([`nvinject_fsio::root::Root`]), so no symlink in the image can redirect a write to the host;
-//! - the only program it runs is the host's `ldconfig` (a path on the host, chosen by the caller),
-//!   with an empty environment; nothing from the image is ever executed ([`update_ldcache`] is the
-//!   one place that does it);
+//! - it runs **no program at all**: `update-ldcache` builds the container's `/etc/ld.so.cache`
+//!   itself ([`nvinject_ldcache`], the format glibc's loader reads, from the image's `ld.so.conf`
+//!   and the injected folders) and makes the SONAME links ldconfig would, every file it reads,
+//!   lists or writes resolved inside the rootfs. Neither the image's `ldconfig` nor the host's
+//!   (whose `-r` is only a chroot, which `/proc/1/root` leads out of) is run;
 //! - it refuses to run once the root is already `/` (that would mean it was wired as a hook that
-//!   runs after `pivot_root`, where "the host's ldconfig" would be the image's).
+//!   runs after `pivot_root`, in the container's own root).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 
@@ -56,14 +57,9 @@ pub enum HookError {
     /// A `--folder` argument is not absolute.
     #[error("--folder {0:?}: folders must be absolute paths inside the container")]
     BadFolder(String),
-    /// ldconfig could not run or failed.
-    #[error("{ldconfig} failed: {message}")]
-    Ldconfig {
-        /// The ldconfig binary.
-        ldconfig: PathBuf,
-        /// Its exit status and stderr.
-        message: String,
-    },
+    /// The container's library cache could not be planned (an unusable `ld.so.conf`, a limit).
+    #[error("building the container's ld.so.cache: {0}")]
+    Ldcache(#[from] nvinject_ldcache::LdCacheError),
 }
 
 /// The part of the OCI state a hook needs.
@@ -137,23 +133,13 @@ pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<Vec<(Link, LinkOut
     Ok(done)
 }
 
-/// The host `ldconfig` command that rebuilds the container's cache: chrooted into the root by
-/// `-r`, so it reads and writes only the container's files; the folders are passed explicitly so
-/// they are cached even if the image's ld.so.conf does not include ld.so.conf.d.
-pub fn ldconfig_command(ldconfig: &Path, root: &Path, folders: &[PathBuf]) -> Command {
-    let mut cmd = Command::new(ldconfig);
-    cmd.arg("-r").arg(root).args(folders);
-    cmd.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    cmd
-}
-
-/// Makes the container's `/etc/ld.so.cache` list `folders` (absolute paths inside the container).
+/// Makes the container's `/etc/ld.so.cache` list `folders` (absolute paths inside the container)
+/// besides what the image's own `ld.so.conf` lists, and creates the SONAME links ldconfig would.
 ///
-/// The one seam for how the cache is built: today it writes the ld.so.conf.d drop-in (when the
-/// image has that directory) and runs the host's `ldconfig` (`ldconfig`, a host path) on the root
-/// with [`ldconfig_command`]; a native cache builder replaces the body (and the `ldconfig`
-/// argument) without touching the callers.
-pub fn update_ldcache(root: &Root, folders: &[PathBuf], ldconfig: &Path) -> Result<(), HookError> {
+/// The ld.so.conf.d drop-in is written first (when the image has that directory), so an `ldconfig`
+/// the container runs later keeps the injected folders. No program is run: the cache is built by
+/// [`nvinject_ldcache::plan`] over the root and written atomically inside it.
+pub fn update_ldcache(root: &Root, folders: &[PathBuf]) -> Result<(), HookError> {
     if let Some(bad) = folders.iter().find(|f| !f.is_absolute()) {
         return Err(HookError::BadFolder(bad.display().to_string()));
     }
@@ -164,12 +150,21 @@ pub fn update_ldcache(root: &Root, folders: &[PathBuf], ldconfig: &Path) -> Resu
         }
         root.write_file(Path::new(LDCONF_DROPIN), text.as_bytes(), 0o644)?;
     }
-    let fail = |message: String| HookError::Ldconfig { ldconfig: ldconfig.to_owned(), message };
-    let output =
-        ldconfig_command(ldconfig, root.path(), folders).output().map_err(|e| fail(e.to_string()))?;
-    if !output.status.success() {
-        return Err(fail(format!("{}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim())));
+    let update = nvinject_ldcache::plan(root, &nvinject_ldcache::Options { extra_dirs: folders.to_vec() })?;
+    for link in &update.links {
+        // ldconfig replaces a stale or dangling symlink, never a file the image put there.
+        match root.symlink_metadata(&link.path)? {
+            Some(meta) if !meta.file_type().is_symlink() => {
+                tracing::warn!(link = %link.path.display(), "left a non-symlink in place of a SONAME link");
+                continue;
+            }
+            _ => root.replace_symlink(&link.target, &link.path)?,
+        }
     }
+    let cache = Path::new(nvinject_ldcache::CACHE_PATH);
+    root.mkdir_all(Path::new("/etc"), 0o755)?;
+    root.write_file(cache, &update.cache, 0o644)?;
+    tracing::debug!(links = update.links.len(), bytes = update.cache.len(), "ld.so.cache written");
     Ok(())
 }
 
@@ -212,19 +207,9 @@ mod tests {
     }
 
     #[test]
-    fn ldconfig_runs_with_an_empty_environment_on_the_root() {
-        let cmd =
-            ldconfig_command(Path::new("/sbin/ldconfig"), Path::new("/r"), &[PathBuf::from("/usr/lib/x")]);
-        let args: Vec<_> = cmd.get_args().collect();
-        assert_eq!(args, ["-r", "/r", "/usr/lib/x"]);
-        // env_clear: no inherited variable will be passed on.
-        assert!(cmd.get_envs().next().is_none());
-        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
-    }
-
-    #[test]
-    fn ldconfig_builds_a_cache_in_a_real_root() {
-        // A minimal root with one library: the host's ldconfig (static) caches it from inside.
+    fn the_cache_is_built_natively_in_a_real_root() {
+        // A minimal root with one real library, under an unversioned name: the hook caches it under
+        // its SONAME and makes the SONAME link, with no ldconfig anywhere.
         let dir = tempfile::tempdir().unwrap();
         let root_path = dir.path().join("rootfs");
         let lib_dir = root_path.join("usr/lib/x86_64-linux-gnu");
@@ -232,15 +217,19 @@ mod tests {
         std::fs::create_dir_all(root_path.join("etc/ld.so.conf.d")).unwrap();
         let libc_path = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
         assert!(libc_path.exists(), "this test needs a Debian x86_64 host (as CI is)");
-        std::fs::copy(libc_path, lib_dir.join("libc.so.6")).unwrap();
+        std::fs::copy(libc_path, lib_dir.join("libc-2.36.so")).unwrap();
         let root = Root::open(&root_path).unwrap();
-        update_ldcache(&root, &[PathBuf::from("/usr/lib/x86_64-linux-gnu")], Path::new("/sbin/ldconfig"))
-            .unwrap();
+        update_ldcache(&root, &[PathBuf::from("/usr/lib/x86_64-linux-gnu")]).unwrap();
         let cache = std::fs::read(root_path.join("etc/ld.so.cache")).unwrap();
-        assert!(cache.windows(9).any(|w| w == b"libc.so.6"), "the cache lists the library");
+        let entries = nvinject_ldcache::parse(&cache).unwrap();
+        assert!(
+            entries.iter().any(|e| e.key == "libc.so.6" && e.path == "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            "{entries:?}"
+        );
+        assert_eq!(std::fs::read_link(lib_dir.join("libc.so.6")).unwrap(), Path::new("libc-2.36.so"));
         let dropin = std::fs::read_to_string(root_path.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap();
         assert!(dropin.contains("/usr/lib/x86_64-linux-gnu"));
-        let err = update_ldcache(&root, &[PathBuf::from("rel")], Path::new("/sbin/ldconfig")).unwrap_err();
+        let err = update_ldcache(&root, &[PathBuf::from("rel")]).unwrap_err();
         assert!(matches!(err, HookError::BadFolder(_)));
     }
 }

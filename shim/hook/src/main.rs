@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
-//! nvinject-hook update-ldcache --folder <dir> [--folder ...] [--ldconfig-path /sbin/ldconfig]
+//! nvinject-hook update-ldcache --folder <dir> [--folder ...]
 //! ```
 //! Both read the OCI state from stdin. Messages go to stderr, which runc includes in its error.
 //!
@@ -32,14 +32,15 @@ enum Cmd {
         #[arg(long = "link")]
         links: Vec<String>,
     },
-    /// Rebuild the container's ld.so.cache with the host's ldconfig.
+    /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
     UpdateLdcache {
         /// A folder (inside the container) holding injected libraries.
         #[arg(long = "folder")]
         folders: Vec<PathBuf>,
-        /// The host's ldconfig.
-        #[arg(long, default_value = "/sbin/ldconfig")]
-        ldconfig_path: PathBuf,
+        /// Accepted for specs written before the cache was built natively; ignored (no program
+        /// is run).
+        #[arg(long, hide = true)]
+        ldconfig_path: Option<PathBuf>,
     },
 }
 
@@ -87,7 +88,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             hook::create_symlinks(&root, &links)?;
         }
         Cmd::UpdateLdcache { folders, ldconfig_path } => {
-            hook::update_ldcache(&root, &folders, &ldconfig_path)?;
+            if let Some(ignored) = ldconfig_path {
+                tracing::debug!(ldconfig = %ignored.display(), "--ldconfig-path ignored: no program is run");
+            }
+            hook::update_ldcache(&root, &folders)?;
         }
     }
     Ok(())
