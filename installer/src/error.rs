@@ -143,7 +143,9 @@ impl Error {
                     "replace it with a regular file (or remove it): the installer reads only regular files under \
                      --host-root and never follows a link out of it"
                 }
-                std::io::ErrorKind::InvalidData => "it is far larger than such a file can be: check what it is",
+                std::io::ErrorKind::InvalidData => {
+                    "it is far larger than such a file can be: check what it is"
+                }
                 std::io::ErrorKind::NotFound => {
                     "a link on the way names a missing path inside --host-root: fix or remove the link"
                 }

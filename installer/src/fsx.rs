@@ -144,7 +144,9 @@ pub fn remove_in(root: &HostRoot, host_path: &str, hook: &FaultHook) -> Result<b
     let (parent, name) = split(host_path);
     let dir = match root.dir(&parent) {
         Ok(dir) => dir,
-        Err(Error::HostFile { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(Error::HostFile { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(false);
+        }
         Err(e) => return Err(e),
     };
     let shown = root.shown(host_path);

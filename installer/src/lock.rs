@@ -68,27 +68,41 @@ impl HostLock {
         let fd = nix::fcntl::openat(
             dir_fd(&dir),
             name.as_str(),
-            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+            OFlag::O_RDWR
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(LOCK_MODE),
         )
         .map_err(|e| match e {
-            Errno::ELOOP => refuse(&shown, "is a symbolic link; remove it (the installer creates the lock itself)"),
+            Errno::ELOOP => {
+                refuse(&shown, "is a symbolic link; remove it (the installer creates the lock itself)")
+            }
             e => Error::io("open lock file", &shown)(e.into()),
         })?;
         let file = File::from(fd);
         let meta = file.metadata().map_err(Error::io("inspect", &shown))?;
         if !meta.is_file() {
-            return Err(refuse(&shown, "is not a regular file; remove it (the installer creates the lock itself)"));
+            return Err(refuse(
+                &shown,
+                "is not a regular file; remove it (the installer creates the lock itself)",
+            ));
         }
         if meta.uid() != me {
             return Err(refuse(
                 &shown,
-                format!("is owned by uid {}, not root: remove it (the installer creates the lock itself)", meta.uid()),
+                format!(
+                    "is owned by uid {}, not root: remove it (the installer creates the lock itself)",
+                    meta.uid()
+                ),
             ));
         }
         if meta.mode() & 0o7777 != LOCK_MODE {
             // An older installer's lock (0644): narrow it, so nobody else can open it to hold it.
-            file.set_permissions(std::fs::Permissions::from_mode(LOCK_MODE)).map_err(Error::io("chmod", &shown))?;
+            file.set_permissions(std::fs::Permissions::from_mode(LOCK_MODE))
+                .map_err(Error::io("chmod", &shown))?;
         }
         let deadline = Instant::now() + timeout;
         let mut logged = false;

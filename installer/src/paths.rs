@@ -134,7 +134,11 @@ impl HostRoot {
     pub fn remove_dir(&self, host_dir: &str) -> Result<bool> {
         let (parent, name) = split(host_dir);
         let Ok(dir) = self.dir(&parent) else { return Ok(false) };
-        match nix::unistd::unlinkat(std::os::fd::AsFd::as_fd(&dir.dir), name.as_str(), nix::unistd::UnlinkatFlags::RemoveDir) {
+        match nix::unistd::unlinkat(
+            std::os::fd::AsFd::as_fd(&dir.dir),
+            name.as_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        ) {
             Ok(()) => Ok(true),
             Err(_) => Ok(false),
         }

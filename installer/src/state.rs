@@ -502,7 +502,9 @@ impl<'h> Ledger<'h> {
                         Some(name) => {
                             let path = self.backup_path(name);
                             let original = self.root.read(&path, FILE_LIMIT)?.ok_or_else(|| {
-                                Error::io("read backup", self.root.shown(&path))(std::io::ErrorKind::NotFound.into())
+                                Error::io("read backup", self.root.shown(&path))(
+                                    std::io::ErrorKind::NotFound.into(),
+                                )
                             })?;
                             fsx::write_in(&self.root, &entry.path, &original, 0o644, self.hook)?;
                             undo.restored.push(entry.path.clone());
@@ -560,8 +562,8 @@ fn refuse_link(root: &HostRoot, host_path: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
     use super::*;
+    use std::fs;
 
     fn setup() -> (tempfile::TempDir, HostRoot) {
         let dir = tempfile::tempdir().unwrap();
@@ -644,7 +646,7 @@ mod tests {
         let (dir, root) = setup();
         let hook = FaultHook::none();
         let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
-        ledger.ensure_dir("/etc/containerd/conf.d").unwrap();
+        ledger.ensure_dir("/etc/containerd/conf.d", 0o755).unwrap();
         ledger.write_file("/etc/containerd/conf.d/99.toml", b"x", 0o644, Role::DropIn).unwrap();
         assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Created);
         assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Present);

@@ -308,7 +308,9 @@ fn a_missing_required_binary_is_named() {
 #[test]
 fn another_installer_holding_the_lock_is_named() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let _held = HostLock::acquire(&host.root().join("run/nvinject-installer.lock"), Duration::ZERO).unwrap();
+    let _held =
+        HostLock::acquire(&HostRoot::new(host.root()), "/run/nvinject-installer.lock", Duration::ZERO)
+            .unwrap();
     let edges = Edges::new("1.7.20");
     let err = edges.installer(host.settings()).install().unwrap_err();
     assert!(matches!(err, Error::Locked { .. }), "{err}");
