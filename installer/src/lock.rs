@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -35,8 +35,8 @@ pub struct HostLock {
     _lock: Flock<File>,
 }
 
-fn refuse(path: &PathBuf, message: impl Into<String>) -> Error {
-    Error::Lock { path: path.clone(), message: message.into() }
+fn refuse(path: &Path, message: impl Into<String>) -> Error {
+    Error::Lock { path: path.to_owned(), message: message.into() }
 }
 
 impl HostLock {

@@ -363,22 +363,19 @@ impl<'h> Ledger<'h> {
     /// Points `host_path` at `target` unless something else occupies it.
     pub fn symlink(&mut self, host_path: &str, target: &str, role: Role) -> Result<LinkOutcome> {
         let ours = self.entry(host_path).cloned();
-        match self.root.symlink_metadata(host_path)? {
-            Some(meta) => {
-                let current = self.root.read_link(host_path)?;
-                if current.as_deref() == Some(target) {
-                    if ours.is_some() {
-                        self.touched.insert(host_path.to_owned());
-                    }
-                    return Ok(LinkOutcome::Present);
+        if let Some(meta) = self.root.symlink_metadata(host_path)? {
+            let current = self.root.read_link(host_path)?;
+            if current.as_deref() == Some(target) {
+                if ours.is_some() {
+                    self.touched.insert(host_path.to_owned());
                 }
-                let is_our_old_link = meta.file_type().is_symlink()
-                    && ours.as_ref().is_some_and(|e| e.after.as_deref() == current.as_deref());
-                if !is_our_old_link {
-                    return Ok(LinkOutcome::Occupied(current.unwrap_or_else(|| "a regular file".to_owned())));
-                }
+                return Ok(LinkOutcome::Present);
             }
-            None => {}
+            let is_our_old_link = meta.file_type().is_symlink()
+                && ours.as_ref().is_some_and(|e| e.after.as_deref() == current.as_deref());
+            if !is_our_old_link {
+                return Ok(LinkOutcome::Occupied(current.unwrap_or_else(|| "a regular file".to_owned())));
+            }
         }
         self.touched.insert(host_path.to_owned());
         self.upsert(Entry {
