@@ -18,6 +18,17 @@ pub enum Error {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// A file or directory under the host root is not what the installer may read or write (a
+    /// FIFO, device or directory where a file belongs, too large, or unreachable inside the root).
+    #[error("{path}: {source}; {fix}")]
+    HostFile {
+        /// The host path, with the host root (as the operator sees it).
+        path: PathBuf,
+        /// What was refused, resolved inside the host root.
+        source: nvinject_fsio::root::RootError,
+        /// What to do.
+        fix: &'static str,
+    },
     /// containerd's configuration cannot be planned.
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -45,6 +56,23 @@ pub enum Error {
         path: PathBuf,
         /// What the lock file says about its holder.
         holder: String,
+    },
+    /// A containerd config source cannot be read, so nothing can be planned (and nothing was
+    /// changed).
+    #[error("{path}: {message}; nothing was changed")]
+    Source {
+        /// The file, with the host root.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The host lock cannot be used safely.
+    #[error("host lock {path}: {message}")]
+    Lock {
+        /// The lock file, with the host root.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
     },
     /// A file we need to create exists and is not ours.
     #[error("{path} exists and was not written by nvinject-installer: {fix}")]
@@ -102,6 +130,33 @@ impl Error {
     pub fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { op, path, source }
+    }
+}
+
+impl Error {
+    /// Wraps an error of an operation resolved inside the host root, with the fix for its kind.
+    pub fn host(path: impl Into<PathBuf>) -> impl FnOnce(nvinject_fsio::root::RootError) -> Error {
+        let path = path.into();
+        move |source| {
+            let fix = match source.kind() {
+                std::io::ErrorKind::InvalidInput => {
+                    "replace it with a regular file (or remove it): the installer reads only regular files under \
+                     --host-root and never follows a link out of it"
+                }
+                std::io::ErrorKind::InvalidData => {
+                    "it is far larger than such a file can be: check what it is"
+                }
+                std::io::ErrorKind::NotFound => {
+                    "a link on the way names a missing path inside --host-root: fix or remove the link"
+                }
+                std::io::ErrorKind::PermissionDenied => "run the installer as root",
+                _ => {
+                    "links under --host-root are followed inside it and /proc magic links are refused: make the \
+                     path a plain file or directory inside the host root"
+                }
+            };
+            Error::HostFile { path, source, fix }
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use nvinject_fsio::{Durability, WriteError, WriteOptions};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::paths::{HostRoot, split};
 
 /// Environment variable of the fault-injection test hook: `N` makes the installer kill itself
 /// with SIGKILL at its N-th fault point (each atomic write has two: temp file written, and
@@ -106,6 +107,59 @@ pub fn remove_stale_temps(path: &Path) {
 
 fn write_error(e: WriteError) -> Error {
     Error::Io { op: e.step, path: e.path, source: e.source }
+}
+
+/// [`write_atomic`] of the host path `host_path`, in its directory resolved inside `root` (which
+/// must exist): a link on the way is followed inside the root, never in the installer's own file
+/// system, and a link at the final name is replaced, never written through.
+pub fn write_in(root: &HostRoot, host_path: &str, bytes: &[u8], mode: u32, hook: &FaultHook) -> Result<()> {
+    let (parent, name) = split(host_path);
+    let dir = root.dir(&parent)?;
+    let target = dir.join(&name);
+    // Only a regular file's mode and owner are kept: a link's would be its target's, which may
+    // lie outside the root.
+    let keep = root.symlink_metadata(host_path)?.is_some_and(|m| m.file_type().is_file());
+    remove_stale_temps(&target);
+    let options = WriteOptions::new(mode).keep_existing_mode_and_owner(keep);
+    nvinject_fsio::write_atomic_with(&target, bytes, &options, &mut |step, _| {
+        hook.point(step.label(), &root.shown(host_path))
+    })
+    .map_err(|e| Error::Io { op: e.step, path: root.shown(host_path), source: e.source })
+}
+
+/// [`symlink_atomic`] of the host path `host_path`, in its directory resolved inside `root`.
+pub fn symlink_in(root: &HostRoot, target: &str, host_path: &str, hook: &FaultHook) -> Result<()> {
+    let (parent, name) = split(host_path);
+    let dir = root.dir(&parent)?;
+    let link = dir.join(&name);
+    remove_stale_temps(&link);
+    nvinject_fsio::symlink_atomic(Path::new(target), &link, Durability::None, &mut |step, _| {
+        hook.point(step.label(), &root.shown(host_path))
+    })
+    .map_err(|e| Error::Io { op: e.step, path: root.shown(host_path), source: e.source })
+}
+
+/// Removes the file or link `host_path` (resolved inside `root`) if present.
+pub fn remove_in(root: &HostRoot, host_path: &str, hook: &FaultHook) -> Result<bool> {
+    let (parent, name) = split(host_path);
+    let dir = match root.dir(&parent) {
+        Ok(dir) => dir,
+        Err(Error::HostFile { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let shown = root.shown(host_path);
+    remove_stale_temps(&dir.join(&name));
+    match fs::remove_file(dir.join(&name)) {
+        Ok(()) => {
+            let _ = nvinject_fsio::sync_parent_dir(&dir.join(&name));
+            hook.point("removed", &shown);
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("remove", shown)(e)),
+    }
 }
 
 /// Removes a file if present; a missing file is fine.

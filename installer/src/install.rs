@@ -10,6 +10,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+
 use std::time::Duration;
 
 use crate::containerd::imports::parent_dir;
@@ -20,7 +21,7 @@ use crate::devchar;
 use crate::error::{Error, Result};
 use crate::fsx::{self, FaultHook};
 use crate::lock::HostLock;
-use crate::paths::{HostRoot, host_join};
+use crate::paths::{CONFIG_LIMIT, HostRoot, host_join};
 use crate::service::{Containerd, Restarted};
 use crate::state::{Change, Ledger, LinkOutcome, Role};
 
@@ -35,6 +36,11 @@ pub const BINARIES: &[(&str, bool)] = &[
     ("nvinject-device-plugin", false),
     ("nvinject-installer", false),
 ];
+
+/// Mode of every directory the installer creates on the host (exact, whatever the umask): the
+/// binaries, configs and specs in them are read by containerd, the shim and the plugin, and
+/// written only by root. The state directory is narrower ([`crate::state::STATE_DIR_MODE`]).
+pub const DIR_MODE: u32 = 0o755;
 
 /// The CDI spec file the installer owns (JSON: the fastest for the shim to parse).
 pub const SPEC_FILE: &str = "nvidia.com-gpu.json";
@@ -221,12 +227,16 @@ struct Prepared {
     main_file: String,
     /// Mode of a new drop-in: no wider than the main file's.
     drop_in_mode: u32,
+    /// `/etc/nvinject/config.toml` as found.
+    runtime_config_current: Option<Vec<u8>>,
+    /// Our drop-in as found.
+    drop_in_current: Option<Vec<u8>>,
     warnings: Vec<String>,
 }
 
 impl Installer<'_> {
     fn lock(&self) -> Result<HostLock> {
-        HostLock::acquire(&self.settings.host_root.resolve(&self.settings.lock_file), self.settings.lock_wait)
+        HostLock::acquire(&self.settings.host_root, &self.settings.lock_file, self.settings.lock_wait)
     }
 
     fn prepare(&self, ledger: &Ledger<'_>) -> Result<Prepared> {
@@ -288,11 +298,10 @@ impl Installer<'_> {
         if plan.mode == RuntimeMode::ShimType {
             // Checked before anything is written, so a conflict leaves the host untouched.
             let link = host_join(&s.shim_link_dir, SHIM_BINARY);
-            let real = s.host_root.resolve(&link);
-            if fs::symlink_metadata(&real).is_ok() && ledger.entry(&link).is_none() {
-                let target = fs::read_link(&real).ok().map(|t| t.to_string_lossy().into_owned());
+            if s.host_root.symlink_metadata(&link)?.is_some() && ledger.entry(&link).is_none() {
+                let target = s.host_root.read_link(&link)?;
                 if target.as_deref() != Some(s.shim_path().as_str()) {
-                    return Err(shim_link_taken(real));
+                    return Err(shim_link_taken(s.host_root.shown(&link)));
                 }
             }
         }
@@ -304,14 +313,17 @@ impl Installer<'_> {
         };
         // Writing renames a new file over the old one; through a link that would replace the
         // operator's link with a copy, so the file the link names is written instead.
-        let main_file = s.host_root.follow_links(&s.containerd_config);
+        let main_file = s.host_root.follow_links(&s.containerd_config)?;
         if main_file != s.containerd_config {
             tracing::info!(config = %s.containerd_config, file = %main_file, "containerd config is a link: editing its target");
         }
         // On containerd 1.x the drop-in repeats the CRI section, registry credentials included: it
         // must not be readable by more users than the main file.
         let drop_in_mode =
-            fs::metadata(s.host_root.resolve(&main_file)).map_or(0o644, |m| m.permissions().mode() & 0o644);
+            s.host_root.metadata(&main_file)?.map_or(0o644, |m| m.permissions().mode() & 0o644);
+        // Read now, so an unreadable one fails before the first write.
+        let runtime_config_current = s.host_root.read(&s.runtime_config, CONFIG_LIMIT)?;
+        let drop_in_current = s.host_root.read(&s.drop_in_path(), CONFIG_LIMIT)?;
         Ok(Prepared {
             containerd,
             plan,
@@ -321,6 +333,8 @@ impl Installer<'_> {
             links,
             main_file,
             drop_in_mode,
+            runtime_config_current,
+            drop_in_current,
             warnings,
         })
     }
@@ -340,13 +354,13 @@ impl Installer<'_> {
             }
         }
 
-        ledger.ensure_dir(&s.bin_dir())?;
+        ledger.ensure_dir(&s.bin_dir(), DIR_MODE)?;
         for (path, bytes) in &prepared.binaries {
             record(&mut written, path, ledger.write_file(path, bytes, 0o755, Role::Binary)?);
         }
 
         let config_path = &s.runtime_config;
-        let current = fsx::read_opt(&s.host_root.resolve(config_path))?.map(|bytes| fsx::sha256_hex(&bytes));
+        let current = prepared.runtime_config_current.as_deref().map(fsx::sha256_hex);
         let recorded = ledger.entry(config_path);
         if current.is_some() && recorded.is_none() {
             ledger.keep(config_path);
@@ -358,7 +372,7 @@ impl Installer<'_> {
             ledger.keep(config_path);
             warnings.push(format!("{config_path} was edited since install: kept as it is"));
         } else {
-            ledger.ensure_dir(&parent_dir(config_path))?;
+            ledger.ensure_dir(&parent_dir(config_path), DIR_MODE)?;
             record(
                 &mut written,
                 config_path,
@@ -372,13 +386,13 @@ impl Installer<'_> {
         }
 
         if let Some(spec) = &prepared.spec {
-            ledger.ensure_dir(&s.cdi_dir)?;
+            ledger.ensure_dir(&s.cdi_dir, DIR_MODE)?;
             let path = s.spec_path();
             record(&mut written, &path, ledger.write_file(&path, spec, 0o644, Role::CdiSpec)?);
         }
 
         if !prepared.links.is_empty() {
-            ledger.ensure_dir(&host_join(&s.dev_root, "dev/char"))?;
+            ledger.ensure_dir(&host_join(&s.dev_root, "dev/char"), DIR_MODE)?;
         }
         for link in &prepared.links {
             let path = host_join(&host_join(&s.dev_root, "dev"), &link.link);
@@ -391,24 +405,23 @@ impl Installer<'_> {
         }
 
         if prepared.plan.mode == RuntimeMode::ShimType {
-            ledger.ensure_dir(&s.shim_link_dir)?;
+            ledger.ensure_dir(&s.shim_link_dir, DIR_MODE)?;
             let path = host_join(&s.shim_link_dir, SHIM_BINARY);
             match ledger.symlink(&path, &s.shim_path(), Role::ShimLink)? {
                 LinkOutcome::Created => written.push(path),
                 LinkOutcome::Present => {}
-                LinkOutcome::Occupied(_) => return Err(shim_link_taken(s.host_root.resolve(&path))),
+                LinkOutcome::Occupied(_) => return Err(shim_link_taken(s.host_root.shown(&path))),
             }
         }
 
         // containerd's files: drop-in first, then the import that loads it.
         let drop_in = s.drop_in_path();
-        let drop_in_current = fsx::read_opt(&s.host_root.resolve(&drop_in))?;
-        let drop_in_changes = drop_in_current.as_deref() != Some(prepared.plan.drop_in.as_bytes());
+        let drop_in_changes = prepared.drop_in_current.as_deref() != Some(prepared.plan.drop_in.as_bytes());
         let main_changes = !matches!(prepared.plan.main, MainChange::Unchanged);
         if drop_in_changes || main_changes {
             ledger.set_restart_pending(true)?;
         }
-        ledger.ensure_dir(&s.drop_in_dir)?;
+        ledger.ensure_dir(&s.drop_in_dir, DIR_MODE)?;
         record(
             &mut written,
             &drop_in,
@@ -423,7 +436,7 @@ impl Installer<'_> {
         match &prepared.plan.main {
             MainChange::Unchanged => ledger.keep(main_file),
             MainChange::Update(text) | MainChange::Create(text) => {
-                ledger.ensure_dir(&parent_dir(main_file))?;
+                ledger.ensure_dir(&parent_dir(main_file), DIR_MODE)?;
                 record(
                     &mut written,
                     main_file,
@@ -524,8 +537,7 @@ pub fn read_sources(
     drop_in: &str,
     containerd: &ContainerdVersion,
 ) -> Result<ConfigSources> {
-    let main_real = root.resolve(main_path);
-    let main = match fsx::read_opt(&main_real)? {
+    let main = match root.read(main_path, CONFIG_LIMIT)? {
         None => None,
         Some(bytes) => Some(String::from_utf8(bytes).map_err(|_| {
             Error::Plan(containerd::PlanError::Parse {
@@ -552,7 +564,7 @@ pub fn read_sources(
             let files = match &target {
                 containerd::imports::ImportTarget::File(f) => vec![f.clone()],
                 containerd::imports::ImportTarget::Glob(pattern) => {
-                    let mut files = expand_glob(root, pattern);
+                    let mut files = expand_glob(root, pattern)?;
                     // On a first install the drop-in does not exist yet; the glob will match it.
                     if !drop_in.is_empty() && target.covers(drop_in) && !files.iter().any(|f| f == drop_in) {
                         let at = files.iter().position(|f| f.as_str() > drop_in).unwrap_or(files.len());
@@ -570,10 +582,21 @@ pub fn read_sources(
                     continue;
                 }
                 loaded.push(file.clone());
-                let real = root.resolve(&file);
                 // containerd fails on a missing plain import; that is the operator's to fix, and
-                // planning around it is still right, so only note it.
-                let Some(bytes) = fsx::read_opt(&real)? else {
+                // planning around it is still right, so only note it. A glob entry exists by
+                // definition: one that cannot be read (a dangling link) would make containerd fail
+                // to start, so nothing is changed.
+                let Some(bytes) = root.read(&file, CONFIG_LIMIT)? else {
+                    if matches!(target, containerd::imports::ImportTarget::Glob(_)) {
+                        return Err(Error::Source {
+                            path: root.shown(&file),
+                            message: format!(
+                                "matches containerd's import {} but is a link to a missing file (containerd \
+                                 would fail to load it): remove the link or restore its target",
+                                target_text(&target)
+                            ),
+                        });
+                    }
                     tracing::warn!(file = %file, "imported containerd config file does not exist");
                     continue;
                 };
@@ -591,8 +614,16 @@ pub fn read_sources(
     Ok(sources)
 }
 
-/// Expands an absolute glob pattern on the host, sorted like Go's `filepath.Glob`.
-fn expand_glob(root: &HostRoot, pattern: &str) -> Vec<String> {
+fn target_text(target: &containerd::imports::ImportTarget) -> &str {
+    match target {
+        containerd::imports::ImportTarget::File(f) | containerd::imports::ImportTarget::Glob(f) => f,
+    }
+}
+
+/// Expands an absolute glob pattern on the host, sorted like Go's `filepath.Glob` (which, like
+/// containerd, lists entries without following them: a dangling link matches). Every directory is
+/// listed inside the host root.
+fn expand_glob(root: &HostRoot, pattern: &str) -> Result<Vec<String>> {
     let mut matches = vec!["/".to_owned()];
     for component in pattern.split('/').filter(|c| !c.is_empty()) {
         let mut next = Vec::new();
@@ -600,18 +631,23 @@ fn expand_glob(root: &HostRoot, pattern: &str) -> Vec<String> {
             let has_meta = component.contains(['*', '?', '[']);
             if !has_meta {
                 let candidate = host_join(base, component);
-                if root.resolve(&candidate).symlink_metadata().is_ok() {
+                if root.symlink_metadata(&candidate)?.is_some() {
                     next.push(candidate);
                 }
                 continue;
             }
-            let Ok(entries) = fs::read_dir(root.resolve(base)) else { continue };
-            let mut names: Vec<String> = entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            names.sort();
-            for name in names {
+            // A base that is missing or not a directory matches nothing, as in Go.
+            let entries = match root.read_dir(base) {
+                Ok(Some(entries)) => entries,
+                Ok(None) => continue,
+                Err(Error::HostFile { source, .. })
+                    if source.source.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for (name, _) in entries {
                 if containerd::imports::component_match(component, &name) {
                     next.push(host_join(base, &name));
                 }
@@ -619,5 +655,5 @@ fn expand_glob(root: &HostRoot, pattern: &str) -> Vec<String> {
         }
         matches = next;
     }
-    matches
+    Ok(matches)
 }

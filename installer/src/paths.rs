@@ -6,9 +6,46 @@
 //! host path to where the installer reaches it.
 
 use std::collections::VecDeque;
+use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
+use nvinject_fsio::root::{EntryType, ResolvedDir, Root};
+
 use crate::containerd::imports::{clean, parent_dir};
+use crate::error::{Error, Result};
+
+/// Largest configuration file read under the host root (containerd's config and imports, our
+/// drop-in, `/etc/nvinject/config.toml`, the state file): real ones are a few KB.
+pub const CONFIG_LIMIT: u64 = 4 << 20;
+/// Largest CDI spec or backup read under the host root.
+pub const FILE_LIMIT: u64 = 64 << 20;
+/// Largest installed binary read back under the host root.
+pub const BINARY_LIMIT: u64 = 1 << 30;
+
+/// A directory resolved inside the host root, for path-based writers (`/proc/self/fd/N`).
+#[derive(Debug)]
+pub struct HostDir {
+    dir: ResolvedDir,
+    host: String,
+}
+
+impl std::os::fd::AsFd for HostDir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+}
+
+impl HostDir {
+    /// The path of `name` in this directory, valid while `self` lives.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.proc_path().join(name)
+    }
+
+    /// The host path of the directory.
+    pub fn host_path(&self) -> &str {
+        &self.host
+    }
+}
 
 /// Where the host's `/` is mounted for this process (`/` on the host, `/host` in the DaemonSet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +67,86 @@ impl HostRoot {
         self.0 == Path::new("/")
     }
 
-    /// Where the installer reaches the host path `host_path` (absolute, as on the host).
+    /// The root, opened for operations resolved inside it.
+    pub fn open(&self) -> Result<Root> {
+        Root::open(&self.0).map_err(Error::host(&self.0))
+    }
+
+    /// `host_path` with the host root in front, unresolved: how messages name a file.
+    pub fn shown(&self, host_path: &str) -> PathBuf {
+        self.0.join(host_path.trim_start_matches('/'))
+    }
+
+    /// Reads the regular file `host_path`, resolved inside the root; `None` when missing. A FIFO,
+    /// device, socket or directory is refused without blocking, as is a file over `limit` bytes.
+    pub fn read(&self, host_path: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        self.open()?.read_optional(Path::new(host_path), limit).map_err(Error::host(self.shown(host_path)))
+    }
+
+    /// The metadata of `host_path` itself (a final link not followed); `None` when missing.
+    pub fn symlink_metadata(&self, host_path: &str) -> Result<Option<Metadata>> {
+        self.open()?.symlink_metadata(Path::new(host_path)).map_err(Error::host(self.shown(host_path)))
+    }
+
+    /// The metadata of what `host_path` leads to inside the root; `None` when missing or dangling.
+    pub fn metadata(&self, host_path: &str) -> Result<Option<Metadata>> {
+        self.open()?.metadata(Path::new(host_path)).map_err(Error::host(self.shown(host_path)))
+    }
+
+    /// The target of the link `host_path`; `None` when it is missing or not a link.
+    pub fn read_link(&self, host_path: &str) -> Result<Option<String>> {
+        match self.symlink_metadata(host_path)? {
+            Some(m) if m.file_type().is_symlink() => self
+                .open()?
+                .read_link(Path::new(host_path))
+                .map(|t| Some(t.to_string_lossy().into_owned()))
+                .map_err(Error::host(self.shown(host_path))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The entries of directory `host_dir` (sorted, each with its own type); `None` when missing.
+    pub fn read_dir(&self, host_dir: &str) -> Result<Option<Vec<(String, EntryType)>>> {
+        match self.open()?.read_dir(Path::new(host_dir)) {
+            Ok(entries) => {
+                Ok(Some(entries.into_iter().map(|(n, t)| (n.to_string_lossy().into_owned(), t)).collect()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::host(self.shown(host_dir))(e)),
+        }
+    }
+
+    /// The existing directory `host_dir`, resolved inside the root.
+    pub fn dir(&self, host_dir: &str) -> Result<HostDir> {
+        let dir = self.open()?.open_dir(Path::new(host_dir)).map_err(Error::host(self.shown(host_dir)))?;
+        Ok(HostDir { dir, host: host_dir.to_owned() })
+    }
+
+    /// Creates the directory `host_dir` (its parent must exist) with exactly `mode`; false if
+    /// something was there already.
+    pub fn mkdir(&self, host_dir: &str, mode: u32) -> Result<bool> {
+        let existed = self.symlink_metadata(host_dir)?.is_some();
+        self.open()?.mkdir_all(Path::new(host_dir), mode).map_err(Error::host(self.shown(host_dir)))?;
+        Ok(!existed)
+    }
+
+    /// Removes the empty directory `host_dir`; false when it is missing or not empty.
+    pub fn remove_dir(&self, host_dir: &str) -> Result<bool> {
+        let (parent, name) = split(host_dir);
+        let Ok(dir) = self.dir(&parent) else { return Ok(false) };
+        match nix::unistd::unlinkat(
+            std::os::fd::AsFd::as_fd(&dir.dir),
+            name.as_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        ) {
+            Ok(()) => Ok(true),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Where the installer reaches the host path `host_path` (absolute, as on the host), for the
+    /// tools that take a path (sockets, NVML, `doctor`'s probes); the installer's own reads and
+    /// writes go through [`HostRoot::read`] and [`HostRoot::dir`], resolved by the kernel.
     ///
     /// Symbolic links in the directories leading to it are followed *inside* the host root, as
     /// the host would: Debian's `/var/run -> /run` is absolute, so a plain join would send
@@ -80,19 +196,26 @@ impl HostRoot {
     /// are followed too (inside the host root, at most 40 hops, as Linux allows). `host_path`
     /// itself, cleaned, when it is not a link. Used for files we replace by renaming over them,
     /// which would otherwise turn an operator's link into a regular file.
-    pub fn follow_links(&self, host_path: &str) -> String {
+    pub fn follow_links(&self, host_path: &str) -> Result<String> {
         let mut current = clean(host_path);
         for _ in 0..40 {
-            let Ok(target) = std::fs::read_link(self.resolve(&current)) else { break };
-            let target = target.to_string_lossy();
+            let Some(target) = self.read_link(&current)? else { break };
             current = if target.starts_with('/') {
                 clean(&target)
             } else {
                 clean(&format!("{}/{target}", parent_dir(&current)))
             };
         }
-        current
+        Ok(current)
     }
+}
+
+/// A host path's parent directory and final name.
+pub fn split(host_path: &str) -> (String, String) {
+    let cleaned = clean(host_path);
+    let parent = parent_dir(&cleaned);
+    let name = cleaned.rsplit('/').next().unwrap_or_default().to_owned();
+    (parent, name)
 }
 
 /// Joins a host directory and a file name into a host path.
@@ -145,9 +268,9 @@ mod tests {
         std::os::unix::fs::symlink("../managed/../managed/b.toml", dir.path().join("srv/managed/a.toml"))
             .unwrap();
         let root = HostRoot::new(dir.path());
-        assert_eq!(root.follow_links("/etc/containerd/config.toml"), "/srv/managed/b.toml");
-        assert_eq!(root.follow_links("/etc/containerd/./other.toml"), "/etc/containerd/other.toml");
+        assert_eq!(root.follow_links("/etc/containerd/config.toml").unwrap(), "/srv/managed/b.toml");
+        assert_eq!(root.follow_links("/etc/containerd/./other.toml").unwrap(), "/etc/containerd/other.toml");
         std::os::unix::fs::symlink("loop", dir.path().join("etc/loop")).unwrap();
-        assert_eq!(root.follow_links("/etc/loop"), "/etc/loop", "a loop ends after 40 hops");
+        assert_eq!(root.follow_links("/etc/loop").unwrap(), "/etc/loop", "a loop ends after 40 hops");
     }
 }

@@ -12,14 +12,17 @@
 //!   gets our `imports` entry removed surgically).
 
 use std::collections::BTreeSet;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fsx::{self, FaultHook};
-use crate::paths::HostRoot;
+use crate::paths::{BINARY_LIMIT, CONFIG_LIMIT, FILE_LIMIT, HostRoot, host_join};
+
+/// Mode of the state directory and its `backup/`: backups hold containerd's config, registry
+/// credentials included, so only root may enter.
+pub const STATE_DIR_MODE: u32 = 0o700;
 
 /// Current state file format.
 const FORMAT: u32 = 1;
@@ -47,6 +50,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// The largest file of this role read back from the host.
+    fn read_limit(self) -> u64 {
+        match self {
+            Role::Binary => BINARY_LIMIT,
+            Role::CdiSpec => FILE_LIMIT,
+            _ => CONFIG_LIMIT,
+        }
+    }
+
     /// Whether an existing file is backed up before we replace it.
     fn backs_up(self) -> bool {
         matches!(self, Role::ContainerdMain | Role::RuntimeConfig | Role::CdiSpec)
@@ -139,7 +151,6 @@ pub type RemoveImport<'a> = &'a dyn Fn(&str) -> Result<Option<String>>;
 /// The ledger, bound to a host root and a state directory.
 pub struct Ledger<'h> {
     root: HostRoot,
-    dir: PathBuf,
     dir_host: String,
     state: State,
     touched: BTreeSet<String>,
@@ -162,9 +173,12 @@ pub struct Undo {
 impl<'h> Ledger<'h> {
     /// Loads the ledger from `<root><state_dir>/state.json` (empty if absent).
     pub fn load(root: &HostRoot, state_dir: &str, hook: &'h FaultHook) -> Result<Self> {
-        let dir = root.resolve(state_dir);
-        let path = dir.join("state.json");
-        let state = match fsx::read_opt(&path)? {
+        let host = host_join(state_dir, "state.json");
+        let path = root.shown(&host);
+        for p in [state_dir.to_owned(), host_join(state_dir, "backup"), host.clone()] {
+            refuse_link(root, &p)?;
+        }
+        let state = match root.read(&host, CONFIG_LIMIT)? {
             None => State::default(),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| Error::State { path: path.clone(), message: e.to_string() })?,
@@ -177,7 +191,6 @@ impl<'h> Ledger<'h> {
         }
         Ok(Ledger {
             root: root.clone(),
-            dir,
             dir_host: state_dir.to_owned(),
             state,
             touched: BTreeSet::new(),
@@ -200,10 +213,29 @@ impl<'h> Ledger<'h> {
     }
 
     fn save(&mut self) -> Result<()> {
-        fs::create_dir_all(&self.dir).map_err(Error::io("create directory", &self.dir))?;
+        self.private_dir(&self.dir_host.clone())?;
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         bytes.push(b'\n');
-        fsx::write_atomic(&self.dir.join("state.json"), &bytes, 0o600, self.hook)
+        fsx::write_in(&self.root, &host_join(&self.dir_host, "state.json"), &bytes, 0o600, self.hook)
+    }
+
+    /// Makes `host_dir` (the state directory or its `backup/`) a root-only directory: created
+    /// [`STATE_DIR_MODE`], an existing one narrowed to it, a link there refused.
+    fn private_dir(&self, host_dir: &str) -> Result<()> {
+        refuse_link(&self.root, host_dir)?;
+        let dir = self
+            .root
+            .open()?
+            .mkdir_all(Path::new(host_dir), STATE_DIR_MODE)
+            .map_err(Error::host(self.root.shown(host_dir)))?;
+        let proc = dir.proc_path();
+        let meta = std::fs::metadata(&proc).map_err(Error::io("inspect", self.root.shown(host_dir)))?;
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o7777 != STATE_DIR_MODE {
+            std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(STATE_DIR_MODE))
+                .map_err(Error::io("chmod", self.root.shown(host_dir)))?;
+        }
+        Ok(())
     }
 
     fn entry_index(&self, path: &str) -> Option<usize> {
@@ -232,12 +264,13 @@ impl<'h> Ledger<'h> {
         self.state.entries.iter().filter(|e| e.role == role).map(|e| e.path.clone()).collect()
     }
 
-    /// Creates `host_dir` and missing parents, recording the ones it created.
-    pub fn ensure_dir(&mut self, host_dir: &str) -> Result<()> {
+    /// Creates `host_dir` and missing parents, each with exactly `mode` (whatever the umask),
+    /// recording the ones it created.
+    pub fn ensure_dir(&mut self, host_dir: &str, mode: u32) -> Result<()> {
         let mut missing = Vec::new();
         let mut cur = Some(PathBuf::from(host_dir));
         while let Some(d) = cur {
-            if self.root.resolve(&d.to_string_lossy()).exists() {
+            if self.root.metadata(&d.to_string_lossy())?.is_some() {
                 break;
             }
             missing.push(d.to_string_lossy().into_owned());
@@ -263,12 +296,7 @@ impl<'h> Ledger<'h> {
             self.save()?;
         }
         for d in &missing {
-            let real = self.root.resolve(d);
-            match fs::create_dir(&real) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io("create directory", real)(e)),
-            }
+            self.root.mkdir(d, mode)?;
         }
         // Directories recorded earlier and still present stay ours (and touched).
         let mut cur = Some(PathBuf::from(host_dir));
@@ -285,9 +313,8 @@ impl<'h> Ledger<'h> {
     /// Writes `bytes` to `host_path` atomically, recording the change first. Writes nothing when
     /// the file already has these bytes.
     pub fn write_file(&mut self, host_path: &str, bytes: &[u8], mode: u32, role: Role) -> Result<Change> {
-        let real = self.root.resolve(host_path);
         self.touched.insert(host_path.to_owned());
-        let current = fsx::read_opt(&real)?;
+        let current = self.root.read(host_path, role.read_limit())?;
         let new_hash = fsx::sha256_hex(bytes);
         if current.as_deref() == Some(bytes) {
             return Ok(Change::Unchanged);
@@ -317,39 +344,38 @@ impl<'h> Ledger<'h> {
         };
         self.upsert(entry);
         self.save()?;
-        fsx::write_atomic(&real, bytes, mode, self.hook)?;
+        fsx::write_in(&self.root, host_path, bytes, mode, self.hook)?;
         Ok(Change::Written)
+    }
+
+    fn backup_path(&self, name: &str) -> String {
+        host_join(&host_join(&self.dir_host, "backup"), name)
     }
 
     fn write_backup(&self, host_path: &str, bytes: &[u8]) -> Result<String> {
         let name = fsx::sha256_hex(host_path.as_bytes());
-        let dir = self.dir.join("backup");
-        fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
-        fsx::write_atomic(&dir.join(&name), bytes, 0o600, self.hook)?;
+        self.private_dir(&self.dir_host)?;
+        self.private_dir(&host_join(&self.dir_host, "backup"))?;
+        fsx::write_in(&self.root, &self.backup_path(&name), bytes, 0o600, self.hook)?;
         Ok(name)
     }
 
     /// Points `host_path` at `target` unless something else occupies it.
     pub fn symlink(&mut self, host_path: &str, target: &str, role: Role) -> Result<LinkOutcome> {
-        let real = self.root.resolve(host_path);
         let ours = self.entry(host_path).cloned();
-        match fs::symlink_metadata(&real) {
-            Ok(meta) => {
-                let current = fs::read_link(&real).ok().map(|p| p.to_string_lossy().into_owned());
-                if current.as_deref() == Some(target) {
-                    if ours.is_some() {
-                        self.touched.insert(host_path.to_owned());
-                    }
-                    return Ok(LinkOutcome::Present);
+        if let Some(meta) = self.root.symlink_metadata(host_path)? {
+            let current = self.root.read_link(host_path)?;
+            if current.as_deref() == Some(target) {
+                if ours.is_some() {
+                    self.touched.insert(host_path.to_owned());
                 }
-                let is_our_old_link = meta.file_type().is_symlink()
-                    && ours.as_ref().is_some_and(|e| e.after.as_deref() == current.as_deref());
-                if !is_our_old_link {
-                    return Ok(LinkOutcome::Occupied(current.unwrap_or_else(|| "a regular file".to_owned())));
-                }
+                return Ok(LinkOutcome::Present);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("inspect", &real)(e)),
+            let is_our_old_link = meta.file_type().is_symlink()
+                && ours.as_ref().is_some_and(|e| e.after.as_deref() == current.as_deref());
+            if !is_our_old_link {
+                return Ok(LinkOutcome::Occupied(current.unwrap_or_else(|| "a regular file".to_owned())));
+            }
         }
         self.touched.insert(host_path.to_owned());
         self.upsert(Entry {
@@ -361,7 +387,7 @@ impl<'h> Ledger<'h> {
             backup: None,
         });
         self.save()?;
-        fsx::symlink_atomic(target, &real, self.hook)?;
+        fsx::symlink_in(&self.root, target, host_path, self.hook)?;
         Ok(LinkOutcome::Created)
     }
 
@@ -400,11 +426,16 @@ impl<'h> Ledger<'h> {
     pub fn finish(&mut self) -> Result<()> {
         self.set_restart_pending(false)?;
         if self.state.entries.is_empty() {
-            let state_file = self.dir.join("state.json");
-            fsx::remove_stale_temps(&state_file);
-            let _ = fs::remove_file(&state_file);
-            let _ = fs::remove_dir_all(self.dir.join("backup"));
-            let _ = fs::remove_dir(&self.dir);
+            fsx::remove_in(&self.root, &host_join(&self.dir_host, "state.json"), self.hook)?;
+            let backup = host_join(&self.dir_host, "backup");
+            // Only our own backups are in there (the directory is root-only).
+            if let Some(entries) = self.root.read_dir(&backup)? {
+                for (name, _) in entries {
+                    fsx::remove_in(&self.root, &host_join(&backup, &name), self.hook)?;
+                }
+            }
+            self.root.remove_dir(&backup)?;
+            self.root.remove_dir(&self.dir_host)?;
             // Parents made for the state directory carry nvinject's name (`/var/lib/nvinject`):
             // remove them too when empty, never a system directory above.
             let mut cur = Path::new(&self.dir_host).parent();
@@ -412,7 +443,7 @@ impl<'h> Ledger<'h> {
                 if !d.file_name().is_some_and(|n| n.to_string_lossy().contains("nvinject")) {
                     break;
                 }
-                if fs::remove_dir(self.root.resolve(&d.to_string_lossy())).is_err() {
+                if !self.root.remove_dir(&d.to_string_lossy())? {
                     break;
                 }
                 cur = d.parent();
@@ -426,7 +457,7 @@ impl<'h> Ledger<'h> {
             let entry = self.state.entries.remove(i);
             self.save()?;
             if let Some(name) = entry.backup {
-                let _ = fs::remove_file(self.dir.join("backup").join(name));
+                fsx::remove_in(&self.root, &self.backup_path(&name), self.hook)?;
             }
         }
         Ok(())
@@ -439,48 +470,47 @@ impl<'h> Ledger<'h> {
         undo: &mut Undo,
         warnings: &mut Vec<String>,
     ) -> Result<()> {
-        let real = self.root.resolve(&entry.path);
-        // A run killed between writing a temp file and renaming it leaves the temp file behind.
-        if entry.kind != Kind::Dir {
-            fsx::remove_stale_temps(&real);
-        }
         let containerd_file = matches!(entry.role, Role::ContainerdMain | Role::DropIn);
         match entry.kind {
             Kind::Dir => {
                 // Only an empty directory goes: something else may have been put there.
-                if fs::remove_dir(&real).is_ok() {
+                if self.root.remove_dir(&entry.path)? {
                     undo.removed.push(entry.path.clone());
-                } else if real.exists() {
+                } else if self.root.symlink_metadata(&entry.path)?.is_some() {
                     undo.kept.push((entry.path.clone(), "not empty".to_owned()));
                 }
             }
             Kind::Symlink => {
-                let current = fs::read_link(&real).ok().map(|p| p.to_string_lossy().into_owned());
+                let current = self.root.read_link(&entry.path)?;
                 if current.is_some() && current == entry.after {
-                    fsx::remove_file(&real, self.hook)?;
+                    fsx::remove_in(&self.root, &entry.path, self.hook)?;
                     undo.removed.push(entry.path.clone());
                 } else if current.is_some() {
                     undo.kept.push((entry.path.clone(), "points elsewhere now".to_owned()));
                 }
             }
             Kind::File => {
-                let current = fsx::read_opt(&real)?;
+                let current = self.root.read(&entry.path, entry.role.read_limit())?;
                 let current_hash = current.as_deref().map(fsx::sha256_hex);
                 if current_hash.is_none() {
                     // Already gone (or our write never landed).
                 } else if current_hash == entry.after || entry.owned() {
                     match &entry.backup {
                         Some(name) => {
-                            let path = self.dir.join("backup").join(name);
-                            let original = fs::read(&path).map_err(Error::io("read backup", &path))?;
-                            fsx::write_atomic(&real, &original, 0o644, self.hook)?;
+                            let path = self.backup_path(name);
+                            let original = self.root.read(&path, FILE_LIMIT)?.ok_or_else(|| {
+                                Error::io("read backup", self.root.shown(&path))(
+                                    std::io::ErrorKind::NotFound.into(),
+                                )
+                            })?;
+                            fsx::write_in(&self.root, &entry.path, &original, 0o644, self.hook)?;
                             undo.restored.push(entry.path.clone());
                         }
                         None if entry.before.is_some() && !entry.owned() => {
                             undo.kept.push((entry.path.clone(), "no backup of the original".to_owned()));
                         }
                         None => {
-                            fsx::remove_file(&real, self.hook)?;
+                            fsx::remove_in(&self.root, &entry.path, self.hook)?;
                             undo.removed.push(entry.path.clone());
                         }
                     }
@@ -491,7 +521,7 @@ impl<'h> Ledger<'h> {
                     let text = String::from_utf8_lossy(current.as_deref().unwrap_or_default()).into_owned();
                     match remove_import.map(|f| f(&text)).transpose()?.flatten() {
                         Some(new_text) => {
-                            fsx::write_atomic(&real, new_text.as_bytes(), 0o644, self.hook)?;
+                            fsx::write_in(&self.root, &entry.path, new_text.as_bytes(), 0o644, self.hook)?;
                             undo.containerd_changed = true;
                             warnings.push(format!(
                                 "{}: changed since install, so only nvinject's `imports` entry was removed \
@@ -511,9 +541,26 @@ impl<'h> Ledger<'h> {
     }
 }
 
+/// Refuses a symlink at `host_path` (the state directory, its backups, the state file): state
+/// is only ever where its configured path says, never where a planted link sends it.
+fn refuse_link(root: &HostRoot, host_path: &str) -> Result<()> {
+    match root.symlink_metadata(host_path)? {
+        Some(m) if m.file_type().is_symlink() => Err(Error::NotOurs {
+            path: root.shown(host_path),
+            fix: "it is a symbolic link where the installer keeps its state: remove the link (or pass --state-dir)",
+        }),
+        Some(m) if !m.file_type().is_file() && !m.file_type().is_dir() => Err(Error::NotOurs {
+            path: root.shown(host_path),
+            fix: "it is neither a file nor a directory where the installer keeps its state: remove it",
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn setup() -> (tempfile::TempDir, HostRoot) {
         let dir = tempfile::tempdir().unwrap();
@@ -596,7 +643,7 @@ mod tests {
         let (dir, root) = setup();
         let hook = FaultHook::none();
         let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
-        ledger.ensure_dir("/etc/containerd/conf.d").unwrap();
+        ledger.ensure_dir("/etc/containerd/conf.d", 0o755).unwrap();
         ledger.write_file("/etc/containerd/conf.d/99.toml", b"x", 0o644, Role::DropIn).unwrap();
         assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Created);
         assert_eq!(ledger.symlink("/etc/link", "/target", Role::ShimLink).unwrap(), LinkOutcome::Present);

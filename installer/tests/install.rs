@@ -308,7 +308,9 @@ fn a_missing_required_binary_is_named() {
 #[test]
 fn another_installer_holding_the_lock_is_named() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);
-    let _held = HostLock::acquire(&host.root().join("run/nvinject-installer.lock"), Duration::ZERO).unwrap();
+    let _held =
+        HostLock::acquire(&HostRoot::new(host.root()), "/run/nvinject-installer.lock", Duration::ZERO)
+            .unwrap();
     let edges = Edges::new("1.7.20");
     let err = edges.installer(host.settings()).install().unwrap_err();
     assert!(matches!(err, Error::Locked { .. }), "{err}");
@@ -440,4 +442,38 @@ fn dev_char_links_point_at_the_nvidia_nodes_and_go_on_uninstall() {
     assert!(!report.written.contains(&"/dev/char/195:255".to_owned()), "the existing link is not ours");
     edges.installer(host.settings()).uninstall().unwrap();
     assert_eq!(snapshot(&host.root()), original, "only our links go; the one udev made stays");
+}
+
+#[test]
+fn a_dangling_or_non_regular_conf_d_entry_fails_before_anything_is_written() {
+    let host =
+        Host::new(Some(&format!("imports = [\"/etc/containerd/conf.d/*.toml\"]\n{DEBIAN_CONFIG}")), true);
+    let edges = Edges::new("1.7.20");
+    let conf_d = host.root().join("etc/containerd/conf.d");
+    std::os::unix::fs::symlink("/nowhere.toml", conf_d.join("10-gone.toml")).unwrap();
+    let before = snapshot(&host.root());
+    let err = edges.installer(host.settings()).install().unwrap_err();
+    assert!(matches!(err, Error::Source { .. }), "{err}");
+    assert!(err.to_string().contains("10-gone.toml"), "{err}");
+    assert_eq!(snapshot(&host.root()), before, "the host root changed");
+    fs::remove_file(conf_d.join("10-gone.toml")).unwrap();
+    nix::unistd::mkfifo(&conf_d.join("20-fifo.toml"), nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .unwrap();
+    let before = snapshot(&host.root());
+    let err = edges.installer(host.settings()).install().unwrap_err();
+    assert!(err.to_string().contains("a FIFO"), "{err}");
+    assert_eq!(snapshot(&host.root()), before, "the host root changed");
+    assert_eq!(edges.containerd.restarts.get(), 0);
+}
+
+#[test]
+fn a_state_dir_link_is_refused() {
+    let host = Host::new(Some(DEBIAN_CONFIG), true);
+    let edges = Edges::new("1.7.20");
+    fs::create_dir_all(host.root().join("var/lib/nvinject")).unwrap();
+    std::os::unix::fs::symlink("/etc", host.root().join("var/lib/nvinject/installer")).unwrap();
+    let before = snapshot(&host.root());
+    let err = edges.installer(host.settings()).install().unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(snapshot(&host.root()), before);
 }
