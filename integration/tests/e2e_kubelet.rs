@@ -18,7 +18,7 @@ use nvinject_integration::kubelet::node::CONTAINERD_CONFIG;
 use nvinject_integration::kubelet::{self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod};
 use nvinject_integration::namespace::{self, isolated};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
-use nvinject_simnode::artifacts::{artifact, profile_dir, simnode_bin, static_hook};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
 use nvinject_simnode::description::NodeDescription;
 use serde_json::Value;
 
@@ -221,6 +221,19 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
+/// The directory the installer copies binaries from: the ones the test built, with the static
+/// hook (the workspace build's `target/<profile>/nvinject-hook` is dynamic and refuses to run).
+fn installer_source(sim: &SimNode) -> PathBuf {
+    let dir = sim.dir.join("installer-source");
+    if !dir.is_dir() {
+        fs::create_dir_all(&dir).unwrap();
+        for bin in nvinject_binaries() {
+            fs::copy(&bin, dir.join(bin.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
 /// The installer's command line for this node: host root `/` (the namespace shadows every default
 /// path it writes), the simulated node's roots, the `nvidia` handler as containerd's default (a
 /// standalone kubelet has no RuntimeClass to read), no restart (containerd starts after it).
@@ -229,7 +242,7 @@ fn installer(action: &str, sim: &SimNode, shim_link: &Path) -> Command {
     let host = sim.dev_root();
     cmd.arg(action)
         .arg("--source-dir")
-        .arg(profile_dir())
+        .arg(installer_source(sim))
         .arg("--driver-root")
         .arg(sim.driver_root())
         .arg("--dev-root")
