@@ -50,8 +50,9 @@ impl Default for CdiConfig {
     }
 }
 
-/// `[requests]`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `[requests]`. Both keys default to false (the derived `Default`): neither request form is
+/// accepted from an unprivileged container unless the operator says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct RequestsConfig {
     /// Honour `NVIDIA_VISIBLE_DEVICES` from containers that are not privileged. Off by default:
@@ -65,11 +66,6 @@ pub struct RequestsConfig {
     pub accept_volume_mounts: bool,
 }
 
-impl Default for RequestsConfig {
-    fn default() -> Self {
-        RequestsConfig { accept_env_unprivileged: false, accept_volume_mounts: false }
-    }
-}
 
 /// `[runtime]`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
