@@ -66,7 +66,6 @@ pub struct RequestsConfig {
     pub accept_volume_mounts: bool,
 }
 
-
 /// `[runtime]`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
