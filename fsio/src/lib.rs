@@ -15,6 +15,7 @@
 //! rename ([`remove_stale_temps`]).
 
 mod error;
+pub mod lock;
 pub mod root;
 mod temp;
 mod write;

@@ -13,19 +13,18 @@
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg, OFlag};
-use nix::sys::stat::Mode;
+use nix::fcntl::Flock;
+use nvinject_fsio::lock::{self as fsio_lock, LockError};
 
 use crate::error::{Error, Result};
 use crate::paths::{HostRoot, split};
 
 /// Mode of the lock file: only root may open it.
-pub const LOCK_MODE: u32 = 0o600;
+pub const LOCK_MODE: u32 = fsio_lock::LOCK_FILE_MODE;
 /// Mode of a lock directory the installer creates.
 pub const LOCK_DIR_MODE: u32 = 0o700;
 
@@ -65,78 +64,45 @@ impl HostLock {
                 ),
             ));
         }
-        let fd = nix::fcntl::openat(
+        let remove = "(the installer creates the lock itself)";
+        let mut lock = fsio_lock::acquire(
             dir_fd(&dir),
-            name.as_str(),
-            OFlag::O_RDWR
-                | OFlag::O_CREAT
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_NONBLOCK
-                | OFlag::O_NOCTTY
-                | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(LOCK_MODE),
+            std::ffi::OsStr::new(name.as_str()),
+            timeout,
+            Duration::from_millis(100),
+            &mut |file| {
+                let holder = read_holder(file);
+                tracing::info!(lock = %shown.display(), holder = %holder, "waiting for another installer");
+            },
         )
         .map_err(|e| match e {
-            Errno::ELOOP => {
-                refuse(&shown, "is a symbolic link; remove it (the installer creates the lock itself)")
+            LockError::Symlink => refuse(&shown, format!("is a symbolic link; remove it {remove}")),
+            LockError::NotRegular => refuse(&shown, format!("is not a regular file; remove it {remove}")),
+            LockError::NotOwned { uid } => {
+                refuse(&shown, format!("is owned by uid {uid}, not root: remove it {remove}"))
             }
-            e => Error::io("open lock file", &shown)(e.into()),
+            LockError::Held { mut file, .. } => {
+                Error::Locked { path: shown.clone(), holder: read_holder(&mut file) }
+            }
+            LockError::Io { step: "open", source } => Error::io("open lock file", &shown)(source),
+            LockError::Io { step: "stat", source } => Error::io("inspect", &shown)(source),
+            LockError::Io { step: "chmod", source } => Error::io("chmod", &shown)(source),
+            LockError::Io { source, .. } => Error::io("lock", &shown)(source),
         })?;
-        let file = File::from(fd);
-        let meta = file.metadata().map_err(Error::io("inspect", &shown))?;
-        if !meta.is_file() {
-            return Err(refuse(
-                &shown,
-                "is not a regular file; remove it (the installer creates the lock itself)",
-            ));
-        }
-        if meta.uid() != me {
-            return Err(refuse(
-                &shown,
-                format!(
-                    "is owned by uid {}, not root: remove it (the installer creates the lock itself)",
-                    meta.uid()
-                ),
-            ));
-        }
-        if meta.mode() & 0o7777 != LOCK_MODE {
-            // An older installer's lock (0644): narrow it, so nobody else can open it to hold it.
-            file.set_permissions(std::fs::Permissions::from_mode(LOCK_MODE))
-                .map_err(Error::io("chmod", &shown))?;
-        }
-        let deadline = Instant::now() + timeout;
-        let mut logged = false;
-        let mut file = file;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(mut lock) => {
-                    // Who holds it, for the message another installer prints.
-                    let _ = lock.set_len(0);
-                    let _ = lock.rewind();
-                    let _ = writeln!(lock, "pid {}", std::process::id());
-                    return Ok(HostLock { _lock: lock });
-                }
-                Err((mut f, Errno::EWOULDBLOCK)) => {
-                    let mut holder = String::new();
-                    let _ = f.rewind();
-                    let _ = (&mut f).take(256).read_to_string(&mut holder);
-                    let holder = holder.trim().to_owned();
-                    if Instant::now() >= deadline {
-                        return Err(Error::Locked { path: shown, holder });
-                    }
-                    if !logged {
-                        tracing::info!(lock = %shown.display(), holder = %holder, "waiting for another installer");
-                        logged = true;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                    file = f;
-                }
-                Err((_, errno)) => {
-                    return Err(Error::io("lock", &shown)(std::io::Error::from(errno)));
-                }
-            }
-        }
+        // Who holds it, for the message another installer prints.
+        let _ = lock.set_len(0);
+        let _ = lock.rewind();
+        let _ = writeln!(lock, "pid {}", std::process::id());
+        Ok(HostLock { _lock: lock })
     }
+}
+
+/// What the holder recorded in the lock file (`pid N`).
+fn read_holder(file: &mut File) -> String {
+    let mut holder = String::new();
+    let _ = file.rewind();
+    let _ = file.take(256).read_to_string(&mut holder);
+    holder.trim().to_owned()
 }
 
 fn dir_fd(dir: &crate::paths::HostDir) -> std::os::fd::BorrowedFd<'_> {
@@ -146,7 +112,8 @@ fn dir_fd(dir: &crate::paths::HostDir) -> std::os::fd::BorrowedFd<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use nix::sys::stat::Mode;
+    use std::os::unix::fs::{PermissionsExt, symlink};
     use std::process::Command;
 
     fn root() -> (tempfile::TempDir, HostRoot) {

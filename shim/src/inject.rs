@@ -484,7 +484,7 @@ pub fn spec_is_stale(spec: &Spec, loaded: &str) -> bool {
 /// matter) so no other user can open it, let alone hold it; a symlink or non-regular file at its
 /// path is refused; and the wait is bounded so a held lock fails the Create instead of hanging it.
 struct SpecLock {
-    _file: fs::File,
+    _lock: nvinject_fsio::lock::FileLock,
 }
 
 /// The spec lock could not be taken.
@@ -497,8 +497,8 @@ struct LockError {
 
 impl SpecLock {
     fn acquire(config: &RegenerateConfig, spec: &Path) -> Result<SpecLock, LockError> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+        use nvinject_fsio::lock::LockError as Refused;
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
         let dir = &config.lock_dir;
         let name = format!("{}.lock", spec.to_string_lossy().trim_start_matches('/').replace('/', "_"));
         let path = dir.join(name);
@@ -518,44 +518,36 @@ impl SpecLock {
             ));
         }
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| err(dir, e.to_string()))?;
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| err(&path, format!("cannot open (a symlink is refused): {e}; remove it")))?;
-        let meta = file.metadata().map_err(|e| err(&path, e.to_string()))?;
-        if !meta.is_file() || meta.uid() != euid {
-            return Err(err(&path, "not a regular file owned by us; remove it".into()));
-        }
-        file.set_permissions(fs::Permissions::from_mode(0o600)).map_err(|e| err(&path, e.to_string()))?;
+        let dir_file = fs::File::open(dir).map_err(|e| err(dir, e.to_string()))?;
+        let name = path.file_name().unwrap_or_default();
         let timeout = std::time::Duration::from_secs(config.lock_timeout_secs);
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                return Ok(SpecLock { _file: file });
+        let poll = std::time::Duration::from_millis(20);
+        match nvinject_fsio::lock::acquire(&dir_file, name, timeout, poll, &mut |_| {}) {
+            Ok(lock) => Ok(SpecLock { _lock: lock }),
+            Err(Refused::Symlink) => Err(err(
+                &path,
+                format!(
+                    "cannot open (a symlink is refused): {}; remove it",
+                    std::io::Error::from_raw_os_error(libc::ELOOP)
+                ),
+            )),
+            Err(Refused::Io { step: "open", source }) => {
+                Err(err(&path, format!("cannot open (a symlink is refused): {source}; remove it")))
             }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(err(&path, format!("flock: {e}")));
+            Err(Refused::NotRegular | Refused::NotOwned { .. }) => {
+                Err(err(&path, "not a regular file owned by us; remove it".into()))
             }
-            if std::time::Instant::now() >= deadline {
-                return Err(err(
-                    &path,
-                    format!(
-                        "still held by another process after {} s ([regenerate] lock-timeout-secs); \
-                         find it with `fuser {}` and stop it, then retry",
-                        config.lock_timeout_secs,
-                        path.display()
-                    ),
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            Err(Refused::Io { step: "flock", source }) => Err(err(&path, format!("flock: {source}"))),
+            Err(Refused::Io { source, .. }) => Err(err(&path, source.to_string())),
+            Err(Refused::Held { .. }) => Err(err(
+                &path,
+                format!(
+                    "still held by another process after {} s ([regenerate] lock-timeout-secs); \
+                     find it with `fuser {}` and stop it, then retry",
+                    config.lock_timeout_secs,
+                    path.display()
+                ),
+            )),
         }
     }
 }

@@ -1,0 +1,168 @@
+//! A lock file another user can neither hold nor swap: the one mechanism behind the shim's spec lock
+//! and the installer's host lock.
+//!
+//! The file is opened in a directory the caller has already vetted (each caller has its own rule
+//! for the directory), `O_NOFOLLOW | O_NONBLOCK`, so a symlink is refused and a FIFO or device never
+//! blocks the open; it must be a regular file owned by this user and is narrowed to 0600 (an older
+//! 0644 lock included), so nobody else can open it to `flock` it. The `flock` is then polled until a
+//! deadline, so a lock held anyway fails the caller instead of hanging it. The kernel releases it
+//! when the holder dies.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
+
+/// Mode of every lock file: only its owner may open it.
+pub const LOCK_FILE_MODE: u32 = 0o600;
+
+/// A held lock; released when dropped. Reads and writes go to the lock file (a holder may record
+/// itself there).
+pub type FileLock = Flock<File>;
+
+/// Why a lock was not taken. Callers word the message (each names its own config keys and fixes).
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// A symbolic link is at the lock's name.
+    #[error("is a symbolic link")]
+    Symlink,
+    /// Something other than a regular file is at the lock's name.
+    #[error("is not a regular file")]
+    NotRegular,
+    /// The lock file belongs to another user.
+    #[error("is owned by uid {uid}")]
+    NotOwned {
+        /// Its owner.
+        uid: u32,
+    },
+    /// Still held by another process when the wait ran out.
+    #[error("still held after {waited:?}")]
+    Held {
+        /// How long it was waited on.
+        waited: Duration,
+        /// The open lock file, so the caller can read what the holder recorded there.
+        file: File,
+    },
+    /// A system call failed.
+    #[error("{step}: {source}")]
+    Io {
+        /// `open`, `stat`, `chmod` or `flock`.
+        step: &'static str,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+}
+
+fn io(step: &'static str) -> impl Fn(std::io::Error) -> LockError {
+    move |source| LockError::Io { step, source }
+}
+
+/// Opens (creating, 0600) the lock file `name` in the directory `dir` and takes an exclusive
+/// `flock`, polling every `poll` until `timeout` has passed. `on_wait` runs once, the first time the
+/// lock is found held, with the open file (to read who holds it).
+pub fn acquire(
+    dir: impl AsFd,
+    name: &OsStr,
+    timeout: Duration,
+    poll: Duration,
+    on_wait: &mut dyn FnMut(&mut File),
+) -> Result<FileLock, LockError> {
+    let fd = nix::fcntl::openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(LOCK_FILE_MODE),
+    )
+    .map_err(|e| match e {
+        Errno::ELOOP => LockError::Symlink,
+        e => LockError::Io { step: "open", source: e.into() },
+    })?;
+    let file = File::from(fd);
+    let meta = file.metadata().map_err(io("stat"))?;
+    if !meta.is_file() {
+        return Err(LockError::NotRegular);
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(LockError::NotOwned { uid: meta.uid() });
+    }
+    if meta.mode() & 0o7777 != LOCK_FILE_MODE {
+        // Also undoes the umask-free creation mode of an older lock (0644).
+        file.set_permissions(std::fs::Permissions::from_mode(LOCK_FILE_MODE)).map_err(io("chmod"))?;
+    }
+    let started = Instant::now();
+    let mut file = file;
+    let mut waited = false;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((mut f, Errno::EWOULDBLOCK | Errno::EINTR)) => {
+                if started.elapsed() >= timeout {
+                    return Err(LockError::Held { waited: started.elapsed(), file: f });
+                }
+                if !waited {
+                    on_wait(&mut f);
+                    waited = true;
+                }
+                std::thread::sleep(poll);
+                file = f;
+            }
+            Err((_, errno)) => return Err(LockError::Io { step: "flock", source: errno.into() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn dir() -> (tempfile::TempDir, File) {
+        let tmp = tempfile::tempdir().unwrap();
+        let fd = File::open(tmp.path()).unwrap();
+        (tmp, fd)
+    }
+
+    #[test]
+    fn a_second_holder_waits_then_fails_and_gets_it_once_released() {
+        let (tmp, d) = dir();
+        let name = OsStr::new("x.lock");
+        let first = acquire(&d, name, Duration::ZERO, Duration::from_millis(1), &mut |_| {}).unwrap();
+        assert_eq!(fs::metadata(tmp.path().join("x.lock")).unwrap().mode() & 0o7777, LOCK_FILE_MODE);
+        let mut waits = 0;
+        let err = acquire(&d, name, Duration::from_millis(30), Duration::from_millis(5), &mut |_| waits += 1)
+            .unwrap_err();
+        assert!(matches!(err, LockError::Held { .. }), "{err}");
+        assert_eq!(waits, 1, "on_wait runs once");
+        drop(first);
+        acquire(&d, name, Duration::ZERO, Duration::from_millis(1), &mut |_| {}).unwrap();
+    }
+
+    #[test]
+    fn links_fifos_and_loose_modes_are_handled_without_blocking() {
+        let (tmp, d) = dir();
+        let decoy = tmp.path().join("decoy");
+        fs::write(&decoy, "x").unwrap();
+        std::os::unix::fs::symlink(&decoy, tmp.path().join("l.lock")).unwrap();
+        let err = acquire(&d, OsStr::new("l.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, LockError::Symlink), "{err}");
+        nix::unistd::mkfifo(&tmp.path().join("f.lock"), Mode::from_bits_truncate(0o600)).unwrap();
+        let err = acquire(&d, OsStr::new("f.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, LockError::NotRegular), "{err}");
+        let old = tmp.path().join("o.lock");
+        fs::write(&old, "").unwrap();
+        fs::set_permissions(&old, fs::Permissions::from_mode(0o644)).unwrap();
+        acquire(&d, OsStr::new("o.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap();
+        assert_eq!(fs::metadata(&old).unwrap().mode() & 0o7777, LOCK_FILE_MODE);
+        assert_eq!(fs::read(&decoy).unwrap(), b"x");
+    }
+}
