@@ -156,6 +156,8 @@ proptest! {
         let mut value = serde_json::to_value(&spec).unwrap();
         value["annotations"] = serde_json::json!({ "fuzz": s.clone(), s.clone(): "v" });
         spec = serde_json::from_value(value).unwrap();
+        // The strings must really be in the spec, or the round trip would prove nothing.
+        prop_assert_eq!(spec.annotations.get("fuzz").map(String::as_str), Some(s.as_str()));
         for format in [Format::Json, Format::Yaml] {
             let text = to_string(&spec, format);
             let again = parse(text.as_bytes(), format, &name());
