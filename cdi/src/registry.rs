@@ -74,7 +74,8 @@ impl FileState {
             let spec = parse_and_validate(bytes, self.format, &self.path);
             match &spec {
                 Ok(s) => tracing::debug!(path = %self.path.display(), kind = %s.kind, devices = s.devices.len(), "CDI spec loaded"),
-                Err(e) => tracing::debug!(path = %self.path.display(), error = %e, "CDI spec rejected"),
+                // Once per file version and process: the file is set aside, so say why.
+                Err(e) => tracing::warn!(path = %self.path.display(), error = %e, "CDI spec rejected"),
             }
             spec
         })

@@ -7,6 +7,7 @@
 //! nvinject pieces wired together on a simulated node ([`node`]). It must never touch the host's
 //! containerd configuration, stop a process it did not start, or leave a mount behind.
 
+pub mod attack;
 pub mod containerd;
 pub mod cri;
 pub mod error;

@@ -216,8 +216,10 @@ fn init_logging(config: &RuntimeConfig, fifo: Option<&Path>, namespace: &str) {
         }
     }
     let writer = Fanout(Arc::new(sinks));
+    // nvinject_cdi too: a spec file set aside (malformed, over a parser limit) is reported there,
+    // and is otherwise invisible while other files still resolve the device.
     let filter = tracing_subscriber::EnvFilter::new(format!(
-        "nvinject_shim={0},containerd_shim_nvinject_v2={0}",
+        "nvinject_shim={0},containerd_shim_nvinject_v2={0},nvinject_cdi={0}",
         config.log_level
     ));
     let _ = tracing_subscriber::fmt()
