@@ -92,6 +92,10 @@ fn evil_tree(p: &Payloads) -> Vec<ImageFile> {
         ),
         // Found through an image-controlled PATH.
         ImageFile::text("/usr/local/bin/nvinject-pwn", &pwn, 0o755),
+        // And at the root, for `PATH=/proc/self/cwd`, also under the name of the program
+        // update-ldcache used to run.
+        ImageFile::text("/nvinject-pwn", &pwn, 0o755),
+        ImageFile::text("/ldconfig", &pwn, 0o755),
     ]
 }
 
@@ -110,6 +114,7 @@ const CWD_GCC: &str = "LD_LIBRARY_PATH=/proc/self/cwd/evil-gcc";
 const CWD_LIBC: &str = "LD_LIBRARY_PATH=/proc/self/cwd/evil-libc";
 const CWD_GCONV: &str = "GCONV_PATH=/proc/self/cwd/gconv";
 const CWD_PATH: &str = "PATH=/proc/self/cwd/usr/local/bin:/usr/bin:/bin";
+const CWD_ROOT_PATH: &str = "PATH=/proc/self/cwd";
 
 /// A host program run the way runc runs a hook (root, working directory the attacker's tree, only
 /// `env`); returns the marker files it left, and its stderr for messages.
@@ -152,13 +157,14 @@ fn image_env_never_reaches_a_root_hook() {
     // gets the value with the attacker's tree as its working directory, as a hook would.
     let victim = host_tree.join("evil-gcc/victim").to_string_lossy().into_owned();
     let abs = format!("LD_PRELOAD={}", p.evil_so.display());
-    let cases: [(&str, Vec<&str>, &str); 6] = [
+    let cases: [(&str, Vec<&str>, &str); 7] = [
         (CWD_PRELOAD, vec!["/bin/true"], "pwned-true"),
         (&abs, vec!["/bin/true"], "pwned-true"),
         (CWD_AUDIT, vec!["/bin/true"], "pwned-true"),
         (CWD_GCC, vec![&victim], "pwned-victim"),
         (CWD_GCONV, vec!["/usr/bin/iconv", "-f", "EVIL", "-t", "UTF-8", "/dev/null"], "pwned-iconv"),
         (CWD_PATH, vec!["/bin/sh", "-c", "nvinject-pwn"], "pwned-path"),
+        (CWD_ROOT_PATH, vec!["/bin/sh", "-c", "ldconfig"], "pwned-path"),
     ];
     for (env, program, marker) in &cases {
         let program: Vec<String> = program.iter().map(|s| (*s).to_owned()).collect();
@@ -188,6 +194,7 @@ fn image_env_never_reaches_a_root_hook() {
         ("e-libc", CWD_LIBC.into(), vec!["/check".into()], None),
         ("e-gconv", CWD_GCONV.into(), then_check("/bin/true"), None),
         ("e-path", CWD_PATH.into(), then_check("nvinject-pwn"), Some("path")),
+        ("e-path-root", CWD_ROOT_PATH.into(), then_check("ldconfig"), Some("path")),
     ];
     for (id, env, command, live) in &env_cases {
         attack::clear_markers(&p.marker_dir);
