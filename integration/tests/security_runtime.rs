@@ -253,8 +253,8 @@ fn image_env_never_reaches_a_root_hook() {
     // Another tool's spec whose hooks set no env: the container's env must not reach them (cdi's
     // apply gives them a fixed PATH only). The same hooks given the attacker's values explicitly do
     // run image code on the host through runc: the positive controls.
-    let hook = |path: &str, args: &[&str], env: Option<&str>| {
-        let mut h = serde_json::json!({"hookName": "createContainer", "path": path});
+    let hook = |point: &str, path: &str, args: &[&str], env: Option<&str>| {
+        let mut h = serde_json::json!({"hookName": point, "path": path});
         if !args.is_empty() {
             h["args"] = serde_json::json!(args);
         }
@@ -263,17 +263,27 @@ fn image_env_never_reaches_a_root_hook() {
         }
         h
     };
+    // Every hook point runc knows: createContainer hooks run before pivot_root with the rootfs as
+    // their working directory; the others run in the runtime's or the container's root.
+    const POINTS: [&str; 6] =
+        ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+    let at_every_point = |path: &str, args: &[&str]| -> Vec<Value> {
+        POINTS.iter().map(|point| hook(point, path, args, None)).collect()
+    };
     let pwn_args = ["sh", "-c", "nvinject-pwn 2>/dev/null || true"];
-    let devices = [
-        ("preload", hook("/bin/true", &[], None)),
-        ("path", hook("/bin/sh", &pwn_args, None)),
-        ("preload-set", hook("/bin/true", &[], Some(CWD_PRELOAD))),
-        ("path-set", hook("/bin/sh", &pwn_args, Some(CWD_PATH))),
+    let devices: [(&str, Vec<Value>); 4] = [
+        ("preload", at_every_point("/bin/true", &[])),
+        ("path", at_every_point("/bin/sh", &pwn_args)),
+        ("preload-set", vec![hook("createContainer", "/bin/true", &[], Some(CWD_PRELOAD))]),
+        ("path-set", vec![hook("createContainer", "/bin/sh", &pwn_args, Some(CWD_PATH))]),
     ];
     let other = serde_json::json!({
         "cdiVersion": "0.6.0",
         "kind": "example.com/dev",
-        "devices": devices.iter().map(|(name, h)| serde_json::json!({"name": name, "containerEdits": {"hooks": [h]}})).collect::<Vec<_>>(),
+        "devices": devices
+            .iter()
+            .map(|(name, hooks)| serde_json::json!({"name": name, "containerEdits": {"hooks": hooks}}))
+            .collect::<Vec<_>>(),
     });
     fs::write(node.cdi_dir.join("example.com-dev.json"), serde_json::to_vec(&other).unwrap()).unwrap();
     for (id, device, env) in [("o-preload", "preload", CWD_PRELOAD), ("o-path", "path", CWD_PATH)] {
