@@ -99,6 +99,9 @@ fn entry_state(path: &Path) -> Result<EntryState> {
     })
 }
 
+/// One entry that differs: its path, before and after (`None` where missing on that side).
+pub type Difference = (PathBuf, Option<EntryState>, Option<EntryState>);
+
 /// Every entry under a directory (the directory itself included, symlinks not followed).
 #[derive(Debug, Clone)]
 pub struct TreeSnapshot {
@@ -135,7 +138,7 @@ impl TreeSnapshot {
 
     /// Entries that differ now from the snapshot: `(path, before, after)`, `None` where the entry
     /// is missing on that side.
-    pub fn diff(&self) -> Result<Vec<(PathBuf, Option<EntryState>, Option<EntryState>)>> {
+    pub fn diff(&self) -> Result<Vec<Difference>> {
         let now = TreeSnapshot::take(&self.root)?;
         let mut out = Vec::new();
         for (path, before) in &self.entries {

@@ -20,6 +20,7 @@
 //! Needs root and gcc (CI has both). Run: `cargo test -p nvinject-integration --test security_hook`.
 
 use std::fs;
+use std::io::Read;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -381,21 +382,15 @@ fn conf_lines_and_includes_naming_host_dirs_create_no_links_there() {
 
     // /proc/self/root and `..` in a line: a path walk in the runtime's root reaches the decoy's
     // library dir (ldconfig's chroot happens to stop these two; a hook that joined paths would not).
-    let cases: [(&str, Plant, fn(&Decoy) -> String); 2] = [
-        (
-            "line-proc-self",
-            &|r, d| put(r, "/etc/ld.so.conf", &format!("{base_conf}{}/lib\n", d.via_proc_self())),
-            |d| format!("{}/lib", d.via_proc_self()),
-        ),
-        (
-            "line-dots",
-            &|r, d| put(r, "/etc/ld.so.conf", &format!("{base_conf}/{}/lib\n", d.via_dots())),
-            |d| format!("/{}/lib", d.via_dots()),
-        ),
+    type Line = fn(&Decoy) -> String;
+    let cases: [(&str, Line); 2] = [
+        ("line-proc-self", |d| format!("{}/lib", d.via_proc_self())),
+        ("line-dots", |d| format!("/{}/lib", d.via_dots())),
     ];
-    for (name, plant, line) in cases {
+    for (name, line) in cases {
+        let plant = |r: &Path, d: &Decoy| put(r, "/etc/ld.so.conf", &format!("{base_conf}{}\n", line(d)));
         let control = format!("{name}-control");
-        let (rootfs, decoy) = b.prepare(&control, &t, plant);
+        let (rootfs, decoy) = b.prepare(&control, &t, &plant);
         let got =
             attack::runc_like_identity(&rootfs, &line(&decoy), Walk::Joined, &b.case_dir(&control), "stat")
                 .unwrap();
@@ -404,7 +399,7 @@ fn conf_lines_and_includes_naming_host_dirs_create_no_links_there() {
             attack::identity(&decoy.dir.join("lib")),
             "{control}: the line does not reach the decoy"
         );
-        b.attack(name, plant).assert_started_with_correct_cache();
+        b.attack(name, &plant).assert_started_with_correct_cache();
     }
 }
 
@@ -503,7 +498,6 @@ fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
     let plant: Plant = &|r, _| link(r, "/etc/ld.so.conf", "/dev/zero");
     let (rootfs, _) = b.prepare("conf-dev-zero-control", &t, plant);
     let mut endless = Vec::new();
-    use std::io::Read;
     fs::File::open(rootfs.join("etc/ld.so.conf")).unwrap().take(64 << 20).read_to_end(&mut endless).unwrap();
     assert_eq!(endless.len(), 64 << 20, "the control read an end in /dev/zero");
     b.attack("conf-dev-zero", plant).assert_started_with_correct_cache();
@@ -550,6 +544,28 @@ fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
     // A glob over the whole tree.
     let plant: Plant = &|r, _| put(r, "/etc/ld.so.conf", "include /*/*/*/*/*/*/*/*\n");
     b.attack("tree-glob", plant).assert_failed_clearly(&["ld.so.conf include"]);
+
+    // A procfs file that claims to be regular and empty but reads on for gigabytes (at hook time
+    // the rootfs's /proc is the container's procfs): the hook's bounded read stops, either at the
+    // kernel's EINVAL for a read size pagemap does not take (the file is then skipped, as an
+    // unreadable one, and the container starts) or at the size limit (named). Both are bounded.
+    let plant: Plant = &|r, _| link(r, "/etc/ld.so.conf", "/proc/self/pagemap");
+    let (size, mut endless) = (fs::metadata("/proc/self/pagemap").unwrap().len(), Vec::new());
+    fs::File::open("/proc/self/pagemap").unwrap().take(64 << 20).read_to_end(&mut endless).unwrap();
+    assert_eq!((size, endless.len()), (0, 64 << 20), "the control: pagemap is not an endless empty file");
+    let a = b.attack("conf-pagemap", plant);
+    if a.run.ok() {
+        a.assert_started_with_correct_cache();
+    } else {
+        a.assert_failed_clearly(&["/etc/ld.so.conf", "limit"]);
+    }
+
+    // ld.so.conf.d a symlink loop: neither listed nor written into; the container starts.
+    let plant: Plant = &|r, _| {
+        link(r, "/etc/ld.so.conf.d", "/etc/ld.so.conf.d.b");
+        link(r, "/etc/ld.so.conf.d.b", "/etc/ld.so.conf.d");
+    };
+    b.attack("conf-d-link-loop", plant).assert_started_with_correct_cache();
 }
 
 /// A reviewer's next tries on the files the hook writes: the cache a directory, the temp names
@@ -663,6 +679,22 @@ fn the_files_the_hook_writes_cannot_be_turned_into_writes_outside() {
     let a = b.attack("soname-link-hardlink", plant);
     assert!(a.run.ok(), "{}", a.run.stderr);
     assert_eq!(attack::identity(&a.rootfs.join(so_link)), attack::identity(&a.decoy.dir.join("victim")));
+
+    // A link create-symlinks makes (the `.so` development link) pre-made as a dangling link out
+    // to a name the host does not have: a program that creates the file by path would create it
+    // on the host (the control does, in its own decoy); the hook leaves the link as it is and
+    // creates nothing through it.
+    let plant: Plant =
+        &|r, d| link(r, &format!("{LIB_DIR}/libcuda.so"), &format!("{}/created", d.via_proc()));
+    let (rootfs, decoy) = b.prepare("dangling-dev-link-proc1-control", &t, plant);
+    let script = format!("chroot \"$1\" /bin/sh -c ': > {LIB_DIR}/libcuda.so'");
+    let dir = b.case_dir("dangling-dev-link-proc1-control");
+    let run = attack::runc_like(&rootfs, &script, &dir, "create", RUN_TIMEOUT).unwrap();
+    assert!(decoy.dir.join("created").is_file(), "the control created nothing through the link: {run:?}");
+    let a = b.attack("dangling-dev-link-proc1", plant);
+    a.assert_started_with_correct_cache();
+    let dev_link = a.rootfs.join(LIB_DIR.trim_start_matches('/')).join("libcuda.so");
+    assert_eq!(fs::read_link(dev_link).unwrap(), Path::new(&format!("{}/created", a.decoy.via_proc())));
 
     // Mount points of the spec pre-made as links out (a binary's, a library's): runc resolves
     // mount destinations inside the rootfs; the hook skips a library it cannot open inside it.
