@@ -242,6 +242,10 @@ impl Attack {
         for n in needles {
             assert!(err.contains(n), "{name}: `{n}` missing from the error: {err}");
         }
+        // Said once: the hook does not repeat each cause after its own message.
+        let said = err.rsplit("nvinject-hook: ").next().unwrap_or_default();
+        let head: String = said.chars().take(40).collect();
+        assert_eq!(said.matches(&head).count(), 1, "{name}: the hook's message repeats itself: {said}");
     }
 
     /// Temp files of the atomic writes are gone from `dir` (inside the rootfs).
