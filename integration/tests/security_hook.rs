@@ -354,6 +354,9 @@ fn etc_and_the_files_in_it_linked_out_of_the_rootfs_reach_nothing_on_the_host() 
     let plant: Plant = &|r, d| link(r, "/etc/ld.so.conf.d", &format!("{}/ld.so.conf.d", d.via_proc_self()));
     b.control_reaches("conf-d-proc-self", &t, plant, "/etc/ld.so.conf.d/host.conf", "ld.so.conf.d/host.conf");
     b.attack("conf-d-proc-self", plant).assert_started_with_correct_cache();
+    let plant: Plant = &|r, d| link(r, "/etc/ld.so.conf.d", &format!("{}/ld.so.conf.d", d.via_dots()));
+    b.control_reaches("conf-d-dots", &t, plant, "/etc/ld.so.conf.d/host.conf", "ld.so.conf.d/host.conf");
+    b.attack("conf-d-dots", plant).assert_started_with_correct_cache();
 }
 
 /// Reproduction 2, second half: `ld.so.conf` lines and includes naming host directories (through
@@ -615,6 +618,26 @@ fn the_files_the_hook_writes_cannot_be_turned_into_writes_outside() {
         a.assert_no_temp_left("/etc");
         a.assert_no_temp_left("/etc/ld.so.conf.d");
     }
+
+    // The temp names as a FIFO (a plain open would block) or a SONAME link's temp name as a link
+    // out: removed, never opened; the container starts. As a directory: the stale temp cannot
+    // be cleared, and the start fails naming the file.
+    let mkfifo = |p: &Path| nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let plant: Plant = &|r, _| mkfifo(&r.join("etc/.ld.so.cache.nvinject.tmp"));
+    let a = b.attack("cache-temp-fifo", plant);
+    a.assert_started_with_correct_cache();
+    a.assert_no_temp_left("/etc");
+    // (The SONAME link is stale too, so the hook replaces it through that temp name.)
+    let plant: Plant = &|r, d| {
+        let temp = format!("{LIB_DIR}/.libcuda.so.1.nvinject.tmp");
+        link(r, &temp, &format!("{}/victim", d.via_proc()));
+        link(r, &format!("{LIB_DIR}/libcuda.so.1"), "libcuda.so.0-stale");
+    };
+    let a = b.attack("soname-temp-proc1", plant);
+    a.assert_started_with_correct_cache();
+    a.assert_no_temp_left(LIB_DIR);
+    let plant: Plant = &|r, _| fs::create_dir(r.join("etc/.ld.so.cache.nvinject.tmp")).unwrap();
+    b.attack("cache-temp-dir", plant).assert_failed_clearly(&["/etc/ld.so.cache"]);
 
     // The drop-in itself a link out: replaced inside the rootfs.
     let plant: Plant =
