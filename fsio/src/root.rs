@@ -155,7 +155,7 @@ impl Root {
             op,
             path: path.display().to_string(),
             root: self.path.display().to_string(),
-            source: e.into(),
+            source: explain_loop(e.into()),
         }
     }
 
@@ -451,6 +451,20 @@ impl Root {
     }
 }
 
+/// ELOOP from a lookup here mostly means a `/proc/<pid>/root`-style link on the way (refused by
+/// `RESOLVE_NO_MAGICLINKS`: it leads out of the root), which "Too many levels of symbolic links"
+/// does not tell whoever reads the error; say so and what to fix. The kind is kept.
+fn explain_loop(e: io::Error) -> io::Error {
+    if e.raw_os_error() != Some(Errno::ELOOP as i32) {
+        return e;
+    }
+    io::Error::new(
+        e.kind(),
+        "a symlink on the way is a /proc magic link (such as /proc/1/root, which leads out of the \
+         root) or symlinks loop (ELOOP); refusing to follow it: make that link point inside the root",
+    )
+}
+
 fn temp_name(name: &OsStr) -> OsString {
     let mut temp = OsString::from(".");
     temp.push(name);
@@ -560,6 +574,43 @@ mod tests {
         );
         assert_eq!(r.canonicalize(Path::new("/lib64")).unwrap(), Path::new("/"));
         assert_eq!(r.read_link(Path::new("/lib")).unwrap(), Path::new("usr/lib"));
+    }
+
+    #[test]
+    fn a_refused_magic_link_or_loop_is_explained() {
+        let (_d, root, _) = setup();
+        symlink("/loop-b", root.join("loop-a")).unwrap();
+        symlink("/loop-a", root.join("loop-b")).unwrap();
+        let r = Root::open(&root).unwrap();
+        let eloop = io::Error::from_raw_os_error(Errno::ELOOP as i32).kind();
+        let mut errs = vec![r.read_dir(Path::new("/loop-a")).unwrap_err()];
+        // The real magic link, where this test may mount: the host's /proc inside the root.
+        fs::create_dir(root.join("proc")).unwrap();
+        let mounted = nix::mount::mount(
+            Some(Path::new("/proc")),
+            &root.join("proc"),
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .is_ok();
+        if mounted {
+            /// Unmounts on drop, whether the test passes or not.
+            struct Unmount(PathBuf);
+            impl Drop for Unmount {
+                fn drop(&mut self) {
+                    let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+                }
+            }
+            let _unmount = Unmount(root.join("proc"));
+            symlink("/proc/self/root/etc", root.join("etc")).unwrap();
+            errs.push(r.write_file(Path::new("/etc/ld.so.cache"), b"x", 0o644).unwrap_err());
+        }
+        assert_eq!(errs.len(), 2, "this test runs as root (CI does) to mount /proc in the root");
+        for err in errs {
+            assert_eq!(err.kind(), eloop, "{err}");
+            assert!(err.to_string().contains("/proc magic link"), "the refusal says why: {err}");
+        }
     }
 
     #[test]

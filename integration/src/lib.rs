@@ -17,5 +17,6 @@ pub mod mounts;
 pub mod namespace;
 pub mod node;
 pub mod process;
+pub mod rootfs_attack;
 
 pub use error::{HarnessError, Result};

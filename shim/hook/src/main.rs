@@ -70,9 +70,24 @@ fn main() {
     let _ =
         tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).without_time().try_init();
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("nvinject-hook: {e:#}");
+        eprintln!("nvinject-hook: {}", message(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes, each once: our error types already show their source in their own
+/// message, which `{:#}` would print again after it (runc passes the whole text on to the user).
+fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -95,4 +110,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_shown_once() {
+        let io = std::io::Error::other("disk on fire");
+        let root = nvinject_fsio::root::RootError {
+            op: "write",
+            path: "/etc/ld.so.cache".into(),
+            root: "/r".into(),
+            source: io,
+        };
+        let e = anyhow::Error::from(hook::HookError::from(root)).context("updating the cache");
+        assert_eq!(message(&e), "updating the cache: write /etc/ld.so.cache in /r: disk on fire");
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(message(&plain), "outer: inner");
+    }
 }
