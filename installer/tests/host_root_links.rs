@@ -329,11 +329,13 @@ fn doctor_probes_do_not_follow_links_out_of_the_root() {
     for (kind, target) in t.escapes("plugins", 1) {
         let link = format!("dp/{kind}");
         t.link(&link, &target);
-        let mut s_dir = DoctorArgs::default();
-        s_dir.device_plugin_dir = format!("/{link}");
-        let s = Settings::defaults(t.host(), PathBuf::from("/unused"));
         let phases = ["driver", "cdi", "containerd", "container"];
-        s_dir.skip = phases.iter().map(|p| (*p).to_owned()).collect();
+        let s_dir = DoctorArgs {
+            device_plugin_dir: format!("/{link}"),
+            skip: phases.iter().map(|p| (*p).to_owned()).collect(),
+            ..DoctorArgs::default()
+        };
+        let s = Settings::defaults(t.host(), PathBuf::from("/unused"));
         let line = check(&s, &s_dir, &FakeEnv).into_iter().find(|l| l.phase == "device-plugin").unwrap();
         assert_eq!(line.status, Status::Fail, "{kind}: {}", line.detail);
         assert!(line.detail.contains("does not answer"), "{kind}: {}", line.detail);

@@ -18,8 +18,8 @@ use nvinject_installer::containerd::{
 };
 use nvinject_installer::fsx::FaultHook;
 use nvinject_installer::install::{Installer, Settings, read_sources};
-use nvinject_installer::runtime_config::ShimConfig;
 use nvinject_installer::paths::HostRoot;
+use nvinject_installer::runtime_config::ShimConfig;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -210,14 +210,17 @@ fn imports_rhs() -> impl Strategy<Value = Option<String>> {
     ]
 }
 
+/// Key-value pairs of one table.
+type Pairs = Vec<(String, V)>;
+
 /// One generated config file.
 #[derive(Debug, Clone)]
 struct Doc {
     version: Option<String>,
     imports: Option<String>,
     disabled_cri: bool,
-    top: Vec<(String, V)>,
-    tables: Vec<(Vec<String>, Vec<(String, V)>)>,
+    top: Pairs,
+    tables: Vec<(Vec<String>, Pairs)>,
     dotted: bool,
     /// Render through the `toml` serializer (always valid TOML) instead of as text.
     valid: bool,
