@@ -255,7 +255,16 @@ pub fn check(settings: &Settings, args: &DoctorArgs, env: &dyn DoctorEnv) -> Vec
 /// The text of a regular file under the host root (resolved inside it, bounded, never blocking on
 /// a FIFO); `None` when it is missing or cannot be read as text.
 fn read_host(root: &HostRoot, host_path: &str) -> Option<String> {
-    root.read(host_path, FILE_LIMIT).ok().flatten().and_then(|b| String::from_utf8(b).ok())
+    read_host_checked(root, host_path).ok().flatten()
+}
+
+/// [`read_host`], saying why a file that is there cannot be read (a FIFO, a device, too large, a
+/// link that leads out of the host root, not UTF-8).
+fn read_host_checked(root: &HostRoot, host_path: &str) -> std::result::Result<Option<String>, String> {
+    match root.read(host_path, FILE_LIMIT).map_err(|e| e.to_string())? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b).map(Some).map_err(|_| format!("{host_path} is not UTF-8 text")),
+    }
 }
 
 /// The NVML library to load: `--nvml-lib`, else found under the driver root; either way located
@@ -271,8 +280,10 @@ fn nvml_library(settings: &Settings) -> std::result::Result<Option<PathBuf>, Str
 
 fn check_spec(root: &HostRoot, spec_path: &str, module: Option<&str>, inventory: Option<&Inventory>) -> Line {
     let fix = "run `nvinject-installer install` (or `nvinject-cdi generate`) to write a current spec";
-    let Some(text) = read_host(root, spec_path) else {
-        return Line::fail("cdi", format!("{spec_path} is missing"), fix);
+    let text = match read_host_checked(root, spec_path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Line::fail("cdi", format!("{spec_path} is missing"), fix),
+        Err(e) => return Line::fail("cdi", format!("{spec_path} cannot be read: {e}"), fix),
     };
     let spec: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,

@@ -396,3 +396,24 @@ fn doctor_log_dir_is_private_and_inside_the_root() {
         assert_eq!(fs::read_dir(t.outside.join("tmp")).unwrap().count(), 0, "{kind}: wrote outside");
     }
 }
+
+/// Special files where doctor expects a small text file: a FIFO (which would block a plain read
+/// forever) and a character device with `/dev/zero`'s numbers (endless) are refused at once, and
+/// the phase fails as if the file were missing.
+#[test]
+fn doctor_refuses_fifos_and_devices_without_blocking() {
+    let t = Trees::new();
+    char_device(&t.root.join("sys/module/nvidia/version"), 1, 5);
+    t.mkdir("var/run/cdi");
+    nix::unistd::mkfifo(
+        &t.root.join("var/run/cdi/nvidia.com-gpu.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let (status, detail) = doctor(&t, "driver", |_| {});
+    assert_eq!(status, Status::Fail, "{detail}");
+    assert!(detail.contains("missing"), "{detail}");
+    let (status, detail) = doctor(&t, "cdi", |_| {});
+    assert_eq!(status, Status::Fail, "{detail}");
+    assert!(detail.contains("cannot be read") && detail.contains("FIFO"), "{detail}");
+}
