@@ -252,6 +252,21 @@ fn check(oci: &Oci, accept_env: bool, accept_mounts: bool) -> Result<(), TestCas
             }
         }
     }
+    // A refused volume-mount request is reported, never silently dropped or honoured.
+    let mount_request = value["mounts"].as_array().into_iter().flatten().any(|m| {
+        m["source"].as_str() == Some("/dev/null")
+            && m["destination"].as_str().is_some_and(|d| {
+                DEVICE_LIST_DIRS
+                    .iter()
+                    .any(|dir| d.strip_prefix(dir).is_some_and(|id| !id.trim_matches('/').is_empty()))
+            })
+    });
+    if mount_request
+        && !accept_mounts
+        && let Ok(Resolution::Nothing { ignored } | Resolution::Devices { ignored, .. }) = &first
+    {
+        prop_assert!(ignored.iter().any(|i| i.source == Source::VolumeMounts), "refused mounts not reported");
+    }
     if let Ok(Resolution::Devices { source, names, .. }) = &first {
         prop_assert!(!names.is_empty(), "devices from {} but no names", source);
         let mut seen = std::collections::BTreeSet::new();
