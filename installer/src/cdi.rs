@@ -15,15 +15,19 @@ pub struct CdiGen;
 
 impl SpecGenerator for CdiGen {
     fn generate(&self, r: &SpecRequest) -> Result<Vec<u8>> {
-        let root = |host: &str| Root { lookup: r.host_root.resolve(host), host: PathBuf::from(host) };
+        // cdi-gen resolves paths inside each root it is given; the roots themselves are located
+        // inside the host root first, so a link there cannot hand it the installer's own tree.
+        let root = |host: &str| -> Result<Root> {
+            Ok(Root { lookup: r.host_root.locate(host)?, host: PathBuf::from(host) })
+        };
         let mut opts = GenerateOptions::new(
-            root(&r.driver_root),
-            root(&r.dev_root),
-            r.host_root.resolve(&r.proc_root),
-            r.host_root.resolve(&r.sys_root),
+            root(&r.driver_root)?,
+            root(&r.dev_root)?,
+            r.host_root.locate(&r.proc_root)?,
+            r.host_root.locate(&r.sys_root)?,
             r.hook_path.clone(),
         );
-        opts.nvml_lib = r.nvml_lib.as_ref().map(|p| r.host_root.resolve(p));
+        opts.nvml_lib = r.nvml_lib.as_ref().map(|p| r.host_root.locate(p)).transpose()?;
         let spec = generate(&opts, &Nvml).map_err(|e| Error::Cdi(e.to_string()))?;
         Ok(nvinject_cdi::codec::to_string(&spec, Format::Json).into_bytes())
     }

@@ -58,18 +58,16 @@ pub fn loaded_runtimes(socket: &Path) -> Result<BTreeMap<String, (String, String
 /// Runs `request` in a fresh host-network pod and returns (exit code, output). The pod is removed
 /// afterwards, whatever happened.
 ///
-/// containerd writes the container's log under `log_dir_host` (a host path); the doctor reads it at
-/// `log_dir_local` (the same directory through the host root).
+/// containerd writes the container's log under `log_dir_host` (a host path, an existing directory
+/// the caller created and removes: see `doctor::LogDir`); the doctor reads it at `log_dir_local`
+/// (the same directory, resolved inside the host root).
 pub fn run_test_container(
     socket: &Path,
     request: &TestContainer,
     log_dir_host: &str,
     log_dir_local: &Path,
 ) -> Result<(i32, String), String> {
-    std::fs::create_dir_all(log_dir_local).map_err(|e| format!("create {}: {e}", log_dir_local.display()))?;
-    let result = runtime()?.block_on(run_pod(socket, request, log_dir_host, log_dir_local));
-    let _ = std::fs::remove_dir_all(log_dir_local);
-    result
+    runtime()?.block_on(run_pod(socket, request, log_dir_host, log_dir_local))
 }
 
 async fn run_pod(

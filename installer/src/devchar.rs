@@ -6,9 +6,12 @@
 //! a `systemctl daemon-reload` systemd then drops the devices from running GPU containers' cgroups
 //! and NVML fails with "Unknown Error". Creating the links fixes that.
 
-use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+
+use nvinject_fsio::root::EntryType;
+
+use crate::error::Result;
+use crate::paths::{HostRoot, host_join};
 
 /// One NVIDIA character device under the dev root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,22 +44,21 @@ pub fn plan_links(devices: &[CharDevice]) -> Vec<CharLink> {
     links
 }
 
-/// Finds the NVIDIA character devices under `dev_root`: `nvidia*` and `nvidia-caps/*`.
-pub fn scan(dev_root: &Path) -> std::io::Result<Vec<CharDevice>> {
+/// Finds the NVIDIA character devices in the host directory `dev_dir` (`<dev root>/dev`):
+/// `nvidia*` and `nvidia-caps/*`. Everything is resolved inside the host root: a `dev` or
+/// `nvidia-caps` that is a link is followed there, never into the installer's own `/dev`, and an
+/// entry that is a link is not a device (a link's target is not what the kernel named).
+pub fn scan(root: &HostRoot, dev_dir: &str) -> Result<Vec<CharDevice>> {
     let mut found = Vec::new();
-    let mut visit = |dir: &Path, prefix: &str| -> std::io::Result<()> {
-        let entries = match fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("nvidia") {
+    let mut visit = |dir: &str, prefix: &str| -> Result<()> {
+        let Some(entries) = root.read_dir(dir)? else { return Ok(()) };
+        for (name, kind) in entries {
+            // Character devices are listed as `Other`; files, directories and links never count.
+            if !name.starts_with("nvidia") || kind != EntryType::Other {
                 continue;
             }
-            let meta = fs::symlink_metadata(entry.path())?;
+            let path = host_join(dir, &name);
+            let Some(meta) = root.symlink_metadata(&path)? else { continue };
             if meta.file_type().is_char_device() {
                 let rdev = meta.rdev();
                 found.push(CharDevice {
@@ -68,8 +70,8 @@ pub fn scan(dev_root: &Path) -> std::io::Result<Vec<CharDevice>> {
         }
         Ok(())
     };
-    visit(dev_root, "")?;
-    visit(&dev_root.join("nvidia-caps"), "nvidia-caps/")?;
+    visit(dev_dir, "")?;
+    visit(&host_join(dev_dir, "nvidia-caps"), "nvidia-caps/")?;
     found.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(found)
 }
@@ -99,9 +101,11 @@ mod tests {
     #[test]
     fn scan_ignores_regular_files_and_other_devices() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("nvidia0"), "not a device").unwrap();
-        std::os::unix::fs::symlink("/dev/null", dir.path().join("nvidia1")).unwrap();
-        assert!(scan(dir.path()).unwrap().is_empty());
-        assert!(scan(&dir.path().join("missing")).unwrap().is_empty());
+        std::fs::create_dir(dir.path().join("dev")).unwrap();
+        std::fs::write(dir.path().join("dev/nvidia0"), "not a device").unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("dev/nvidia1")).unwrap();
+        let root = HostRoot::new(dir.path());
+        assert!(scan(&root, "/dev").unwrap().is_empty());
+        assert!(scan(&root, "/missing").unwrap().is_empty());
     }
 }

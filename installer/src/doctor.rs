@@ -23,7 +23,7 @@ use nvinject_gpu::Inventory;
 use crate::containerd::{self, ContainerdVersion, plan::CDI_ANNOTATIONS, plan::SHIM_RUNTIME_TYPE};
 use crate::error::Result;
 use crate::install::{SHIM_BINARY, Settings};
-use crate::paths::{HostRoot, host_join};
+use crate::paths::{FILE_LIMIT, HostDir, HostRoot, host_join};
 use crate::service::Containerd;
 
 /// `doctor` flags (besides the host flags shared with install).
@@ -144,8 +144,7 @@ pub fn check(settings: &Settings, args: &DoctorArgs, env: &dyn DoctorEnv) -> Vec
                 "load the driver (modprobe nvidia, or wait for the driver container); check --sys-root",
             )),
             Some(module) => {
-                let lib = nvml_library(settings);
-                match env.inventory(lib.as_deref()) {
+                match nvml_library(settings).and_then(|lib| env.inventory(lib.as_deref())) {
                     Err(e) => lines.push(Line::fail(
                         "driver",
                         format!("module {module} loaded, but NVML failed: {e}"),
@@ -253,23 +252,38 @@ pub fn check(settings: &Settings, args: &DoctorArgs, env: &dyn DoctorEnv) -> Vec
     lines
 }
 
+/// The text of a regular file under the host root (resolved inside it, bounded, never blocking on
+/// a FIFO); `None` when it is missing or cannot be read as text.
 fn read_host(root: &HostRoot, host_path: &str) -> Option<String> {
-    std::fs::read_to_string(root.resolve(host_path)).ok()
+    read_host_checked(root, host_path).ok().flatten()
 }
 
-fn nvml_library(settings: &Settings) -> Option<PathBuf> {
+/// [`read_host`], saying why a file that is there cannot be read (a FIFO, a device, too large, a
+/// link that leads out of the host root, not UTF-8).
+fn read_host_checked(root: &HostRoot, host_path: &str) -> std::result::Result<Option<String>, String> {
+    match root.read(host_path, FILE_LIMIT).map_err(|e| e.to_string())? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b).map(Some).map_err(|_| format!("{host_path} is not UTF-8 text")),
+    }
+}
+
+/// The NVML library to load: `--nvml-lib`, else found under the driver root; either way located
+/// inside the host root, so the loader is never handed a path a link sends out of it.
+fn nvml_library(settings: &Settings) -> std::result::Result<Option<PathBuf>, String> {
     let root = &settings.host_root;
     if let Some(lib) = &settings.nvml_lib {
-        return Some(root.resolve(lib));
+        return root.locate(lib).map(Some).map_err(|e| e.to_string());
     }
-    let driver = root.resolve(&settings.driver_root);
-    nvinject_cdi_gen::driver::locate_nvml(&driver, &nvinject_cdi_gen::driver::default_library_dirs())
+    let driver = root.locate(&settings.driver_root).map_err(|e| e.to_string())?;
+    Ok(nvinject_cdi_gen::driver::locate_nvml(&driver, &nvinject_cdi_gen::driver::default_library_dirs()))
 }
 
 fn check_spec(root: &HostRoot, spec_path: &str, module: Option<&str>, inventory: Option<&Inventory>) -> Line {
     let fix = "run `nvinject-installer install` (or `nvinject-cdi generate`) to write a current spec";
-    let Some(text) = read_host(root, spec_path) else {
-        return Line::fail("cdi", format!("{spec_path} is missing"), fix);
+    let text = match read_host_checked(root, spec_path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Line::fail("cdi", format!("{spec_path} is missing"), fix),
+        Err(e) => return Line::fail("cdi", format!("{spec_path} cannot be read: {e}"), fix),
     };
     let spec: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
@@ -384,7 +398,7 @@ fn check_containerd(settings: &Settings, env: &dyn DoctorEnv) -> Line {
                 "/sbin",
                 "/bin",
             ];
-            match dirs.iter().map(|d| host_join(d, SHIM_BINARY)).find(|p| is_executable(&root.resolve(p))) {
+            match dirs.iter().map(|d| host_join(d, SHIM_BINARY)).find(|p| is_executable(root, p)) {
                 Some(p) => PathBuf::from(p),
                 None => {
                     return Line::fail(
@@ -407,7 +421,7 @@ fn check_containerd(settings: &Settings, env: &dyn DoctorEnv) -> Line {
         }
     };
     let shim_host = shim.to_string_lossy().into_owned();
-    if !is_executable(&root.resolve(&shim_host)) {
+    if !is_executable(root, &shim_host) {
         return Line::fail(
             "containerd",
             format!(
@@ -441,35 +455,40 @@ fn check_containerd(settings: &Settings, env: &dyn DoctorEnv) -> Line {
     }
 }
 
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+/// Whether the host path is an executable regular file, following links inside the host root.
+fn is_executable(root: &HostRoot, host_path: &str) -> bool {
+    root.metadata(host_path)
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn socket_answers(path: &Path) -> bool {
-    std::os::unix::net::UnixStream::connect(path).is_ok()
+/// Whether a listener answers on the host socket, located inside the host root.
+fn socket_answers(root: &HostRoot, host_path: &str) -> bool {
+    root.locate(host_path).is_ok_and(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
 }
 
 fn check_plugin(root: &HostRoot, args: &DoctorArgs) -> Line {
     let dir = &args.device_plugin_dir;
     let kubelet = host_join(dir, "kubelet.sock");
-    if !socket_answers(&root.resolve(&kubelet)) {
+    if !socket_answers(root, &kubelet) {
         return Line::fail(
             "device-plugin",
             format!("{kubelet} does not answer: the kubelet is not running here"),
             "start the kubelet, or pass --device-plugin-dir",
         );
     }
-    let sockets: Vec<String> = std::fs::read_dir(root.resolve(dir))
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("nvinject-") && n.ends_with(".sock"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let sockets: Vec<String> = root
+        .read_dir(dir)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| n.starts_with("nvinject-") && n.ends_with(".sock"))
+        .collect();
     let answering: Vec<&String> =
-        sockets.iter().filter(|n| socket_answers(&root.resolve(&host_join(dir, n)))).collect();
+        sockets.iter().filter(|n| socket_answers(root, &host_join(dir, n))).collect();
     if answering.is_empty() {
         return Line::fail(
             "device-plugin",
@@ -517,8 +536,9 @@ pub fn print(lines: &[Line], out: &mut dyn Write) -> std::io::Result<bool> {
 pub struct HostEnv<'a> {
     /// containerd (version).
     pub containerd: &'a dyn Containerd,
-    /// containerd's socket as the doctor reaches it (CRI is served on the same socket).
-    pub socket: PathBuf,
+    /// containerd's socket, a host path (CRI is served on the same socket), located inside the
+    /// host root at each use.
+    pub socket: String,
     /// Host root (the test container's log directory is a host path).
     pub host_root: HostRoot,
 }
@@ -529,18 +549,69 @@ impl DoctorEnv for HostEnv<'_> {
     }
 
     fn containerd_version(&self) -> std::result::Result<ContainerdVersion, String> {
-        crate::service::version_over_socket(&self.socket)
+        self.socket()
+            .and_then(|s| crate::service::version_over_socket(&s))
             .and_then(|v| ContainerdVersion::parse(&v).map_err(|e| e.to_string()))
             .or_else(|_| self.containerd.version().map_err(|e| e.to_string()))
     }
 
     fn cri_runtimes(&self) -> std::result::Result<BTreeMap<String, (String, String)>, String> {
-        crate::cri::loaded_runtimes(&self.socket)
+        crate::cri::loaded_runtimes(&self.socket()?)
     }
 
     fn run_container(&self, request: &TestContainer) -> std::result::Result<(i32, String), String> {
-        let host_dir = format!("/tmp/nvinject-doctor-{}", std::process::id());
-        crate::cri::run_test_container(&self.socket, request, &host_dir, &self.host_root.resolve(&host_dir))
+        let socket = self.socket()?;
+        let logs = LogDir::create(&self.host_root, "/tmp").map_err(|e| e.to_string())?;
+        crate::cri::run_test_container(&socket, request, &logs.host, &logs.dir.join(""))
+    }
+}
+
+impl HostEnv<'_> {
+    fn socket(&self) -> std::result::Result<PathBuf, String> {
+        self.host_root.locate(&self.socket).map_err(|e| e.to_string())
+    }
+}
+
+/// The test container's log directory: a new directory (mode 0700, an unguessable name, created
+/// exclusively) in the host's `/tmp`. containerd writes the log there as root following the path
+/// on the host, so the directory must be ours: a name another user could have created first
+/// (a link to `/etc`, say) would let them choose where root writes. Removed on drop.
+pub struct LogDir {
+    /// Host path (what containerd is told).
+    pub host: String,
+    /// The directory, resolved inside the host root (what the doctor reads).
+    pub dir: HostDir,
+    root: HostRoot,
+}
+
+impl LogDir {
+    /// Creates it under the host directory `parent`.
+    pub fn create(root: &HostRoot, parent: &str) -> Result<LogDir> {
+        use std::hash::{BuildHasher, Hasher};
+        let parent_dir = root.dir(parent)?;
+        // RandomState is seeded from the OS's randomness: unguessable without a new dependency.
+        let token = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let name = format!("nvinject-doctor-{}-{token:016x}", std::process::id());
+        let host = host_join(parent, &name);
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o700);
+        // mkdirat fails on anything already there, a link included; the umask can only narrow 0700.
+        nix::sys::stat::mkdirat(&parent_dir, name.as_str(), mode)
+            .map_err(|e| crate::error::Error::io("create", root.shown(&host))(e.into()))?;
+        let dir = root.dir(&host)?;
+        Ok(LogDir { host, dir, root: root.clone() })
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        // Only files are written here (the container's log); remove them, then the directory.
+        if let Ok(Some(entries)) = self.root.read_dir(&self.host) {
+            for (name, _) in entries {
+                let _ =
+                    nix::unistd::unlinkat(&self.dir, name.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+            }
+        }
+        let _ = self.root.remove_dir(&self.host);
     }
 }
 
@@ -635,6 +706,8 @@ mod tests {
              container_annotations = [\"cdi.k8s.io/*\"]\n",
         );
         write("usr/local/nvinject/bin/containerd-shim-nvinject-v2", "#!/bin/sh\n");
+        // The library `settings` names: doctor locates it inside the host root before NVML.
+        write("usr/lib/libnvidia-ml.so.1", "");
         fs::set_permissions(
             root.join("usr/local/nvinject/bin/containerd-shim-nvinject-v2"),
             fs::Permissions::from_mode(0o755),

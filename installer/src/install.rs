@@ -86,6 +86,10 @@ pub struct Settings {
     pub lock_wait: Duration,
     /// Whether to create `/dev/char` links.
     pub dev_char_links: bool,
+    /// Writes `[requests] accept-nvidia-visible-devices-as-volume-mounts = true` into the runtime
+    /// config: needed when the device plugin uses the volume-mounts device-list strategy, and off
+    /// by default (as in NVIDIA's toolkit) because any pod can ask for such a mount.
+    pub accept_volume_mounts: bool,
 }
 
 impl Settings {
@@ -111,6 +115,7 @@ impl Settings {
             lock_file: "/run/nvinject-installer.lock".into(),
             lock_wait: Duration::from_secs(120),
             dev_char_links: true,
+            accept_volume_mounts: false,
         }
     }
 
@@ -306,8 +311,7 @@ impl Installer<'_> {
             }
         }
         let links = if s.dev_char_links {
-            let dev = s.host_root.resolve(&host_join(&s.dev_root, "dev"));
-            devchar::plan_links(&devchar::scan(&dev).map_err(Error::io("scan", &dev))?)
+            devchar::plan_links(&devchar::scan(&s.host_root, &host_join(&s.dev_root, "dev"))?)
         } else {
             Vec::new()
         };
@@ -586,7 +590,16 @@ pub fn read_sources(
                 // planning around it is still right, so only note it. A glob entry exists by
                 // definition: one that cannot be read (a dangling link) would make containerd fail
                 // to start, so nothing is changed.
-                let Some(bytes) = root.read(&file, CONFIG_LIMIT)? else {
+                // A refusal (a directory, FIFO or device, an oversized file: `imports = [""]` names
+                // the config's own directory) names the importing file and its entry too.
+                let read = root.read(&file, CONFIG_LIMIT).map_err(|e| Error::Source {
+                    path: root.shown(&path),
+                    message: format!(
+                        "`imports` entry {} names a file that cannot be read: {e}",
+                        target_text(&target)
+                    ),
+                })?;
+                let Some(bytes) = read else {
                     if matches!(target, containerd::imports::ImportTarget::Glob(_)) {
                         return Err(Error::Source {
                             path: root.shown(&file),
@@ -600,7 +613,14 @@ pub fn read_sources(
                     tracing::warn!(file = %file, "imported containerd config file does not exist");
                     continue;
                 };
-                let text = String::from_utf8_lossy(&bytes).into_owned();
+                // Strict, like the main file: a lossy copy would put replacement characters into
+                // the drop-in, which repeats the CRI section on containerd 1.x.
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    Error::Plan(containerd::PlanError::Parse {
+                        path: file.clone(),
+                        message: "not UTF-8 text".into(),
+                    })
+                })?;
                 sources.imported.push(containerd::SourceFile { path: file.clone(), text: text.clone() });
                 pending.push((file, text));
             }

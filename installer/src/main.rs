@@ -142,6 +142,12 @@ struct HostArgs {
     /// The host lock file (one installer per host).
     #[arg(long, default_value = "/run/nvinject-installer.lock", env = "NVINJECT_LOCK_FILE")]
     lock_file: String,
+    /// Let the shim honour `/dev/null` volume mounts at /var/run/nvidia-container-devices/<id>
+    /// (the device plugin's volume-mounts strategy) from any container: writes
+    /// `accept-nvidia-visible-devices-as-volume-mounts = true` into the runtime config. Off by
+    /// default, as in NVIDIA's toolkit: any pod can ask for such a mount, bypassing the scheduler.
+    #[arg(long, env = "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS")]
+    accept_nvidia_visible_devices_as_volume_mounts: bool,
     /// Seconds to wait for another installer holding the lock.
     #[arg(long, default_value_t = 120, env = "NVINJECT_LOCK_TIMEOUT")]
     lock_timeout: u64,
@@ -204,6 +210,7 @@ impl HostArgs {
         s.lock_file = self.lock_file.clone();
         s.lock_wait = Duration::from_secs(self.lock_timeout);
         s.dev_char_links = !self.no_dev_char_links;
+        s.accept_volume_mounts = self.accept_nvidia_visible_devices_as_volume_mounts;
         for (flag, value) in [
             ("--install-dir", &s.install_dir),
             ("--containerd-config", &s.containerd_config),
@@ -242,8 +249,8 @@ impl HostArgs {
             .transpose()
             .context("--containerd-version")?;
         Ok(HostContainerd {
-            socket: root.resolve(&self.containerd_socket),
-            binary: root.resolve(&self.containerd_binary),
+            socket: self.containerd_socket.clone(),
+            binary: self.containerd_binary.clone(),
             host_root: root,
             mode: self.restart_mode,
             signal: self.restart_signal,
@@ -449,9 +456,18 @@ mod tests {
         assert_eq!(s.drop_in_dir, "/etc/k3s/containerd/conf.d");
         assert_eq!(s.drop_in_path(), "/etc/k3s/containerd/conf.d/99-nvinject.toml");
         assert_eq!(
-            s.host_root.resolve(&s.shim_path()),
+            s.host_root.shown(&s.shim_path()),
             PathBuf::from("/host/usr/local/nvinject/bin/containerd-shim-nvinject-v2")
         );
+        assert!(!s.accept_volume_mounts, "volume mounts are off unless asked for");
+        let cli = Cli::try_parse_from([
+            "nvinject-installer",
+            "install",
+            "--accept-nvidia-visible-devices-as-volume-mounts",
+        ])
+        .unwrap();
+        let Command::Install(args) = cli.command else { panic!("not install") };
+        assert!(args.settings().unwrap().accept_volume_mounts);
         let relative =
             Cli::try_parse_from(["nvinject-installer", "install", "--cdi-dir=var/run/cdi"]).unwrap();
         let Command::Install(args) = relative.command else { panic!("not install") };

@@ -5,7 +5,6 @@
 //! installer itself may run in a container with the host mounted at `/host`; [`HostRoot`] maps a
 //! host path to where the installer reaches it.
 
-use std::collections::VecDeque;
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
@@ -144,52 +143,20 @@ impl HostRoot {
         }
     }
 
-    /// Where the installer reaches the host path `host_path` (absolute, as on the host), for the
-    /// tools that take a path (sockets, NVML, `doctor`'s probes); the installer's own reads and
-    /// writes go through [`HostRoot::read`] and [`HostRoot::dir`], resolved by the kernel.
+    /// Where this process reaches the existing host path `host_path` for handing it to another
+    /// program or the kernel (a socket to connect to, a binary to run, a directory or library for
+    /// cdi-gen and NVML), which cannot be given a root to resolve in.
     ///
-    /// Symbolic links in the directories leading to it are followed *inside* the host root, as
-    /// the host would: Debian's `/var/run -> /run` is absolute, so a plain join would send
-    /// `/host/var/run/cdi` into the installer container's own `/run`. The last component is not
-    /// followed: the caller may want the link itself (to replace, read or remove it).
-    pub fn resolve(&self, host_path: &str) -> PathBuf {
-        let components: Vec<&str> = host_path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
-        let Some((last, parents)) = components.split_last() else { return self.0.clone() };
-        if self.is_host() {
-            return PathBuf::from(host_path);
-        }
-        let mut resolved: Vec<String> = Vec::new();
-        let mut queue: VecDeque<String> = parents.iter().map(|c| (*c).to_owned()).collect();
-        let mut hops = 0;
-        while let Some(c) = queue.pop_front() {
-            if c == ".." {
-                resolved.pop();
-                continue;
-            }
-            let candidate = self.0.join(resolved.join("/")).join(&c);
-            match std::fs::read_link(&candidate) {
-                // Linux's MAXSYMLINKS; past it, the join is left as it is and the I/O fails.
-                Ok(target) if hops < 40 => {
-                    hops += 1;
-                    let target = target.to_string_lossy().into_owned();
-                    if target.starts_with('/') {
-                        resolved.clear();
-                    }
-                    let mut next: VecDeque<String> =
-                        target.split('/').filter(|t| !t.is_empty() && *t != ".").map(str::to_owned).collect();
-                    next.extend(queue);
-                    queue = next;
-                }
-                _ => resolved.push(c),
-            }
-        }
-        let mut out = self.0.join(resolved.join("/"));
-        if *last == ".." {
-            out.pop();
-        } else {
-            out.push(last);
-        }
-        out
+    /// Every symbolic link on the way, the last component's too, is followed by the kernel
+    /// *inside* the host root (`openat2` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`): an
+    /// absolute link (Debian's `/var/run -> /run`) means the host's `/run`, never the installer
+    /// container's; a `..` chain stops at the root; a `/proc/self/root` link is refused. The path
+    /// returned has no links left in it, so the consumer's own lookup finds the same file; only
+    /// someone who can rename directories on that path (root on the host) could race it.
+    pub fn locate(&self, host_path: &str) -> Result<PathBuf> {
+        let inside =
+            self.open()?.canonicalize(Path::new(host_path)).map_err(Error::host(self.shown(host_path)))?;
+        Ok(self.0.join(inside.strip_prefix("/").unwrap_or(&inside)))
     }
 
     /// The host path of the file `host_path` finally names: symbolic links in its last component
@@ -228,13 +195,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_host_paths_under_the_root() {
-        let root = HostRoot::new("/host");
+    fn locates_host_paths_under_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/containerd")).unwrap();
+        std::fs::write(dir.path().join("etc/containerd/config.toml"), "").unwrap();
+        let root = HostRoot::new(dir.path());
         assert_eq!(
-            root.resolve("/etc/containerd/config.toml"),
-            PathBuf::from("/host/etc/containerd/config.toml")
+            root.locate("/etc/containerd/config.toml").unwrap(),
+            dir.path().join("etc/containerd/config.toml")
         );
-        assert_eq!(HostRoot::new("/").resolve("/etc/x"), PathBuf::from("/etc/x"));
+        assert_eq!(root.locate("/").unwrap(), dir.path().to_path_buf());
+        assert!(root.locate("/etc/missing").is_err(), "a missing path cannot be located");
+        assert_eq!(HostRoot::new("/").locate("/etc").unwrap(), PathBuf::from("/etc"));
         assert_eq!(
             host_join("/usr/local/nvinject/bin/", "nvinject-hook"),
             "/usr/local/nvinject/bin/nvinject-hook"
@@ -242,20 +214,18 @@ mod tests {
     }
 
     #[test]
-    fn absolute_symlinks_resolve_inside_the_host_root() {
+    fn absolute_symlinks_locate_inside_the_host_root() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::create_dir_all(dir.path().join("run/cdi")).unwrap();
+        std::fs::create_dir_all(dir.path().join("run/x/y")).unwrap();
         std::fs::create_dir_all(dir.path().join("var")).unwrap();
         std::os::unix::fs::symlink("/run", dir.path().join("var/run")).unwrap();
         std::os::unix::fs::symlink("../run/x", dir.path().join("var/rel")).unwrap();
         let root = HostRoot::new(dir.path());
-        assert_eq!(
-            root.resolve("/var/run/cdi/nvidia.com-gpu.json"),
-            dir.path().join("run/cdi/nvidia.com-gpu.json")
-        );
-        assert_eq!(root.resolve("/var/rel/y"), dir.path().join("run/x/y"));
-        // The last component is never followed.
-        assert_eq!(root.resolve("/var/run"), dir.path().join("var/run"));
+        assert_eq!(root.locate("/var/run/cdi").unwrap(), dir.path().join("run/cdi"));
+        assert_eq!(root.locate("/var/rel/y").unwrap(), dir.path().join("run/x/y"));
+        // The last component is followed too: the result has no link left.
+        assert_eq!(root.locate("/var/run").unwrap(), dir.path().join("run"));
     }
 
     #[test]

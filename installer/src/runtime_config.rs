@@ -26,10 +26,10 @@ impl RuntimeConfigWriter for ShimConfig {
         config.regenerate.hook_path = Some(PathBuf::from(settings.hook_path()));
         config.regenerate.spec_path = Some(PathBuf::from(settings.spec_path()));
         config.regenerate.nvml_lib = settings.nvml_lib.as_ref().map(PathBuf::from);
-        let body = toml::to_string(&config).map_err(|e| Error::RuntimeConfig {
-            path: settings.host_root.resolve(&settings.runtime_config),
-            message: e.to_string(),
-        })?;
+        config.requests.accept_volume_mounts = settings.accept_volume_mounts;
+        let shown = settings.host_root.shown(&settings.runtime_config);
+        let body = toml::to_string(&config)
+            .map_err(|e| Error::RuntimeConfig { path: shown.clone(), message: e.to_string() })?;
         let how = match mode {
             RuntimeMode::RuntimePath => {
                 "containerd starts the shim through `runtime_path` with runc's options"
@@ -43,12 +43,8 @@ impl RuntimeConfigWriter for ShimConfig {
              # shim README.\n\n{body}"
         );
         // Round-trip through the shim's parser: what we write is what the shim accepts.
-        Config::parse(&text, &settings.host_root.resolve(&settings.runtime_config)).map_err(|e| {
-            Error::RuntimeConfig {
-                path: settings.host_root.resolve(&settings.runtime_config),
-                message: e.to_string(),
-            }
-        })?;
+        Config::parse(&text, &shown)
+            .map_err(|e| Error::RuntimeConfig { path: shown.clone(), message: e.to_string() })?;
         Ok(text)
     }
 }
@@ -68,5 +64,17 @@ mod tests {
         assert_eq!(parsed.regenerate.hook_path, Some(PathBuf::from("/usr/local/nvinject/bin/nvinject-hook")));
         assert_eq!(parsed.regenerate.spec_path, Some(PathBuf::from("/var/run/cdi/nvidia.com-gpu.json")));
         assert!(parsed.cdi.spec_dirs.contains(&PathBuf::from("/var/run/cdi")));
+        assert!(!parsed.requests.accept_volume_mounts, "volume mounts must be off by default");
+    }
+
+    #[test]
+    fn volume_mounts_are_accepted_only_when_asked() {
+        let mut settings = Settings::defaults(HostRoot::new("/host"), PathBuf::from("/opt/bin"));
+        settings.accept_volume_mounts = true;
+        let text = ShimConfig.render(&settings, RuntimeMode::ShimType).unwrap();
+        assert!(text.contains("accept-nvidia-visible-devices-as-volume-mounts = true"), "{text}");
+        let parsed = Config::parse(&text, std::path::Path::new("config.toml")).unwrap();
+        assert!(parsed.requests.accept_volume_mounts);
+        assert!(!parsed.requests.accept_env_unprivileged);
     }
 }

@@ -59,10 +59,11 @@ impl RestartMode {
 pub struct HostContainerd {
     /// Host root.
     pub host_root: HostRoot,
-    /// containerd's gRPC socket as the installer reaches it.
-    pub socket: PathBuf,
-    /// The containerd binary as the installer reaches it (for `--version` when the socket is down).
-    pub binary: PathBuf,
+    /// containerd's gRPC socket (a host path, located inside the host root at each use: it is
+    /// recreated by every restart).
+    pub socket: String,
+    /// The containerd binary (a host path; run with `--version` when the socket is down).
+    pub binary: String,
     /// Restart mode.
     pub mode: RestartMode,
     /// Signal for [`RestartMode::Signal`].
@@ -82,12 +83,14 @@ impl Containerd for HostContainerd {
         if let Some(v) = &self.version_override {
             return Ok(v.clone());
         }
-        match version_over_socket(&self.socket) {
+        match self.socket_path().map_err(|e| e.to_string()).and_then(|p| version_over_socket(&p)) {
             Ok(text) => return Ok(ContainerdVersion::parse(&text)?),
-            Err(e) => tracing::debug!(socket = %self.socket.display(), error = %e, "version API unavailable"),
+            Err(e) => tracing::debug!(socket = %self.socket, error = %e, "version API unavailable"),
         }
-        let out =
-            Command::new(&self.binary).arg("--version").output().map_err(Error::io("run", &self.binary))?;
+        // The host's binary, found inside the host root: a link in it must not make us run one
+        // of the installer image's (or anything else outside the root).
+        let binary = self.host_root.locate(&self.binary)?;
+        let out = Command::new(&binary).arg("--version").output().map_err(Error::io("run", &binary))?;
         Ok(ContainerdVersion::parse(&String::from_utf8_lossy(&out.stdout))?)
     }
 
@@ -121,14 +124,18 @@ impl Containerd for HostContainerd {
                 }
             }
             RestartMode::Signal => {
-                let pid = socket_peer_pid(&self.socket).map_err(|e| Error::Restart {
-                    mode,
-                    message: format!(
-                        "cannot find the process serving {}: {e}; is containerd running (and the pod using \
-                         hostPID)?",
-                        self.socket.display()
-                    ),
-                })?;
+                let pid = self
+                    .socket_path()
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| socket_peer_pid(&p).map_err(|e| e.to_string()))
+                    .map_err(|e| Error::Restart {
+                        mode,
+                        message: format!(
+                            "cannot find the process serving {}: {e}; is containerd running (and the pod using \
+                             hostPID)?",
+                            self.host_root.shown(&self.socket).display()
+                        ),
+                    })?;
                 let pid = nix::unistd::Pid::from_raw(pid);
                 nix::sys::signal::kill(pid, self.signal)
                     .map_err(|e| Error::Restart { mode, message: format!("cannot signal pid {pid}: {e}") })?;
@@ -146,8 +153,17 @@ impl Containerd for HostContainerd {
                 }
             }
         }
-        wait_until_answering(&self.socket, self.wait)?;
+        wait_until_answering(&self.host_root, &self.socket, self.wait)?;
         Ok(Restarted::Yes)
+    }
+}
+
+impl HostContainerd {
+    /// The socket as this process reaches it, located inside the host root
+    /// ([`HostRoot::locate`]): a link in the host root cannot send the installer to a socket
+    /// outside it.
+    pub fn socket_path(&self) -> Result<PathBuf> {
+        self.host_root.locate(&self.socket)
     }
 }
 
@@ -158,15 +174,17 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Polls containerd's version API until it answers or `wait` passes.
-pub fn wait_until_answering(socket: &Path, wait: Duration) -> Result<String> {
+/// Polls containerd's version API on the host socket `socket` (located inside `root` at each
+/// try: a restarted containerd makes a new one) until it answers or `wait` passes.
+pub fn wait_until_answering(root: &HostRoot, socket: &str, wait: Duration) -> Result<String> {
     let deadline = Instant::now() + wait;
     loop {
-        match version_over_socket(socket) {
+        let answer = root.locate(socket).map_err(|e| e.to_string()).and_then(|p| version_over_socket(&p));
+        match answer {
             Ok(v) => return Ok(v),
             Err(e) if Instant::now() >= deadline => {
                 return Err(Error::NotAnswering {
-                    socket: socket.to_owned(),
+                    socket: root.shown(socket),
                     waited_s: wait.as_secs(),
                     last_error: e,
                 });
@@ -232,17 +250,18 @@ mod tests {
     fn waiting_on_a_missing_socket_names_it() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("containerd.sock");
-        let err = wait_until_answering(&socket, Duration::from_millis(300)).unwrap_err();
+        let socket = socket.to_str().unwrap();
+        let err = wait_until_answering(&HostRoot::new("/"), socket, Duration::from_millis(300)).unwrap_err();
         let message = err.to_string();
-        assert!(message.contains(&socket.display().to_string()), "{message}");
+        assert!(message.contains(socket), "{message}");
         assert!(message.contains("journalctl"), "{message}");
     }
 
     fn host_containerd(dir: &Path, mode: RestartMode) -> HostContainerd {
         HostContainerd {
             host_root: HostRoot::new("/"),
-            socket: dir.join("containerd.sock"),
-            binary: dir.join("containerd"),
+            socket: dir.join("containerd.sock").to_string_lossy().into_owned(),
+            binary: dir.join("containerd").to_string_lossy().into_owned(),
             mode,
             signal: Signal::SIGHUP,
             unit: "containerd.service".into(),

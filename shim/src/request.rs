@@ -103,7 +103,28 @@ pub struct RequestError {
     /// The offending entry.
     pub value: String,
     /// What is wrong with it.
-    pub error: NameError,
+    pub error: RequestProblem,
+}
+
+/// What is wrong with one requested entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestProblem {
+    /// Not a CDI name.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// A qualified name of another kind from a source the image or the pod controls
+    /// (`NVIDIA_VISIBLE_DEVICES`, volume mounts): those stand for the toolkit's variable, which
+    /// names NVIDIA GPUs, so they must not reach another vendor's CDI devices.
+    #[error(
+        "kind `{kind}` is not the default kind `{default}`; only the device plugin's annotations may name \
+         other kinds (write a bare id or {default}=<id>)"
+    )]
+    ForeignKind {
+        /// The kind the entry named.
+        kind: Kind,
+        /// `cdi.default-kind`.
+        default: Kind,
+    },
 }
 
 /// Reads the requests of the container whose OCI spec is `oci`.
@@ -192,11 +213,14 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
     let mut seen = BTreeSet::new();
     let mut names = Vec::new();
     for id in ids {
-        let name = qualify(&id, &policy.default_kind).map_err(|error| RequestError {
-            origin: source.clone(),
-            value: id.clone(),
-            error,
-        })?;
+        let fail = |error: RequestProblem| RequestError { origin: source.clone(), value: id.clone(), error };
+        let name = qualify(&id, &policy.default_kind).map_err(|e| fail(e.into()))?;
+        if !matches!(source, Source::Annotations(_)) && name.kind() != &policy.default_kind {
+            return Err(fail(RequestProblem::ForeignKind {
+                kind: name.kind().clone(),
+                default: policy.default_kind.clone(),
+            }));
+        }
         if seen.insert(name.clone()) {
             names.push(name);
         }
@@ -352,6 +376,28 @@ mod tests {
         assert!(text.contains("annotations cdi.k8s.io/a") && text.contains("bad name"), "{text}");
         let e = resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=-1"]), &policy()).unwrap_err();
         assert_eq!(e.origin, Source::Env);
+    }
+
+    #[test]
+    fn env_and_mounts_name_only_the_default_kind() {
+        // Found by tests/prop_request.rs: an image's env or a pod's hostPath mount reached any
+        // vendor's CDI devices. Annotations (set by the device plugin through CRI) still may.
+        let e =
+            resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=0,example.com/nic=eth0"]), &policy()).unwrap_err();
+        assert_eq!((e.origin.clone(), e.value.as_str()), (Source::Env, "example.com/nic=eth0"));
+        assert!(matches!(e.error, RequestProblem::ForeignKind { .. }), "{e}");
+        assert!(e.to_string().contains("nvidia.com/gpu"), "{e}");
+        let oci = json!({"mounts": [
+            {"destination": "/var/run/nvidia-container-devices/nvidia.com/mig=0:1", "source": "/dev/null"}
+        ]});
+        let e = resolve(&oci, &policy()).unwrap_err();
+        assert_eq!(e.origin, Source::VolumeMounts);
+        let oci = json!({"annotations": {"cdi.k8s.io/a": "example.com/nic=eth0"}});
+        assert_eq!(names(&resolve(&oci, &policy()).unwrap()), ["example.com/nic=eth0"]);
+        assert_eq!(
+            names(&resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,2"]), &policy()).unwrap()),
+            ["nvidia.com/gpu=1", "nvidia.com/gpu=2"]
+        );
     }
 
     #[test]

@@ -613,7 +613,8 @@ fn render_replacing_drop_in(
     doc.decor_mut().set_prefix(header(&lines));
     version_line(&mut doc, declared);
 
-    let label = request.drop_in_path.as_str();
+    // A key of the wrong type is the operator's, in the file the section was copied from.
+    let label = source.unwrap_or(request.drop_in_path.as_str());
     let mut cri = effective.unwrap_or_else(|| {
         let mut t = Table::new();
         t.set_implicit(true);
