@@ -34,6 +34,13 @@ pub enum LockError {
     /// Something other than a regular file is at the lock's name.
     #[error("is not a regular file")]
     NotRegular,
+    /// The lock file has other hard links: it may be another file linked in by whoever could write
+    /// the directory, and taking it would chmod that file.
+    #[error("has {links} hard links (a lock file has one)")]
+    HardLinked {
+        /// Its link count.
+        links: u64,
+    },
     /// The lock file belongs to another user.
     #[error("is owned by uid {uid}")]
     NotOwned {
@@ -94,6 +101,9 @@ pub fn acquire(
     }
     if meta.uid() != nix::unistd::geteuid().as_raw() {
         return Err(LockError::NotOwned { uid: meta.uid() });
+    }
+    if meta.nlink() != 1 {
+        return Err(LockError::HardLinked { links: meta.nlink() });
     }
     if meta.mode() & 0o7777 != LOCK_FILE_MODE {
         // Also undoes the umask-free creation mode of an older lock (0644).
@@ -164,5 +174,17 @@ mod tests {
         acquire(&d, OsStr::new("o.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap();
         assert_eq!(fs::metadata(&old).unwrap().mode() & 0o7777, LOCK_FILE_MODE);
         assert_eq!(fs::read(&decoy).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_hard_linked_lock_file_is_refused_and_left_as_it_is() {
+        let (tmp, d) = dir();
+        let other = tmp.path().join("other-root-file");
+        fs::write(&other, "keep").unwrap();
+        fs::set_permissions(&other, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::hard_link(&other, tmp.path().join("h.lock")).unwrap();
+        let err = acquire(&d, OsStr::new("h.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, LockError::HardLinked { links: 2 }), "{err}");
+        assert_eq!(fs::metadata(&other).unwrap().mode() & 0o7777, 0o644, "not chmod-ed");
     }
 }

@@ -44,6 +44,9 @@ impl RootError {
     }
 }
 
+/// The most entries [`Root::read_dir`] lists in one directory.
+pub const MAX_DIR_ENTRIES: usize = 1 << 20;
+
 /// An open root directory: every path given to its methods is absolute inside it.
 #[derive(Debug)]
 pub struct Root {
@@ -280,8 +283,20 @@ impl Root {
     }
 
     /// The entries of directory `path` (following symlinks inside the root to reach it), sorted by
-    /// name, each with its own type (a symlink entry is reported as [`EntryType::Symlink`]).
+    /// name, each with its own type (a symlink entry is reported as [`EntryType::Symlink`]); at
+    /// most [`MAX_DIR_ENTRIES`] of them.
     pub fn read_dir(&self, path: &Path) -> Result<Vec<(OsString, EntryType)>, RootError> {
+        self.read_dir_at_most(path, MAX_DIR_ENTRIES)
+    }
+
+    /// [`Root::read_dir`] with a caller's cap: a directory with more than `limit` entries is refused
+    /// (kind `FileTooLarge`) as soon as the listing passes it, so a hostile tree with millions of
+    /// names costs no more memory than `limit` entries.
+    pub fn read_dir_at_most(
+        &self,
+        path: &Path,
+        limit: usize,
+    ) -> Result<Vec<(OsString, EntryType)>, RootError> {
         use std::os::unix::ffi::OsStrExt;
         let fd = self
             .resolve(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
@@ -322,6 +337,10 @@ impl Root {
                     }
                 }
             };
+            if out.len() == limit {
+                let why = format!("more than {limit} entries; a directory this large is refused");
+                return Err(self.err("list", path, io::Error::new(io::ErrorKind::FileTooLarge, why)));
+            }
             out.push((OsStr::from_bytes(name).to_owned(), kind));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -647,6 +666,19 @@ mod tests {
         assert!(kinds.contains(&("dangling", EntryType::Symlink)));
         assert!(kinds.contains(&("usr", EntryType::Dir)));
         assert!(kinds.contains(&("big", EntryType::File)));
+    }
+
+    #[test]
+    fn a_listing_past_its_cap_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..10 {
+            fs::write(tmp.path().join(format!("f{i}")), "").unwrap();
+        }
+        let r = Root::open(tmp.path()).unwrap();
+        assert_eq!(r.read_dir_at_most(Path::new("/"), 10).unwrap().len(), 10);
+        let err = r.read_dir_at_most(Path::new("/"), 9).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge);
+        assert!(err.to_string().contains("more than 9 entries"), "{err}");
     }
 
     #[test]

@@ -81,6 +81,7 @@ impl HostLock {
             LockError::NotOwned { uid } => {
                 refuse(&shown, format!("is owned by uid {uid}, not root: remove it {remove}"))
             }
+            e @ LockError::HardLinked { .. } => refuse(&shown, format!("{e}; remove it {remove}")),
             LockError::Held { mut file, .. } => {
                 Error::Locked { path: shown.clone(), holder: read_holder(&mut file) }
             }

@@ -225,20 +225,20 @@ fn search_dir(
     entries: &mut Vec<Entry>,
     links: &mut Vec<Link>,
 ) -> Result<(), LdCacheError> {
-    let listing = match root.read_dir(Path::new(&dir.path)) {
+    let listing = match root.read_dir_at_most(Path::new(&dir.path), MAX_DIR_ENTRIES) {
         Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return Err(LdCacheError::TooMany {
+                what: "entries in one library directory",
+                limit: MAX_DIR_ENTRIES,
+            });
+        }
         Err(e) => {
             // ldconfig: "Can't open directory", and on.
             tracing::debug!(error = %e, "library directory skipped");
             return Ok(());
         }
     };
-    if listing.len() > MAX_DIR_ENTRIES {
-        return Err(LdCacheError::TooMany {
-            what: "entries in one library directory",
-            limit: MAX_DIR_ENTRIES,
-        });
-    }
     let mut dlibs: Vec<Dlib> = Vec::new();
     let mut by_soname: HashMap<String, usize> = HashMap::new();
     for (name, ty) in listing {

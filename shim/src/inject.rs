@@ -537,6 +537,7 @@ impl SpecLock {
             Err(Refused::NotRegular | Refused::NotOwned { .. }) => {
                 Err(err(&path, "not a regular file owned by us; remove it".into()))
             }
+            Err(e @ Refused::HardLinked { .. }) => Err(err(&path, format!("{e}; remove it"))),
             Err(Refused::Io { step: "flock", source }) => Err(err(&path, format!("flock: {source}"))),
             Err(Refused::Io { source, .. }) => Err(err(&path, source.to_string())),
             Err(Refused::Held { .. }) => Err(err(
