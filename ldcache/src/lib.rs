@@ -34,17 +34,67 @@ pub const CONF_PATH: &str = "/etc/ld.so.conf";
 /// The generator string written into our caches.
 pub const GENERATOR: &str = concat!("nvinject-ldcache ", env!("CARGO_PKG_VERSION"));
 
-/// The directories ldconfig always scans after its configuration (Debian's glibc: `SLIBDIR`,
-/// `LIBDIR`, then `/lib` and `/usr/lib`).
+/// The directories ldconfig always scans after its configuration, for a Debian-family glibc
+/// (multiarch: `SLIBDIR` and `LIBDIR` are `/lib/<triple>` and `/usr/lib/<triple>`, and Debian's
+/// ldconfig adds `/lib` and `/usr/lib` after them).
 #[cfg(target_arch = "x86_64")]
 pub const SYSTEM_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"];
-/// The directories ldconfig always scans after its configuration.
+/// The directories ldconfig always scans after its configuration (Debian family).
 #[cfg(target_arch = "aarch64")]
 pub const SYSTEM_DIRS: &[&str] =
     &["/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"];
-/// The directories ldconfig always scans after its configuration.
+/// The directories ldconfig always scans after its configuration (Debian family).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const SYSTEM_DIRS: &[&str] = &["/lib", "/usr/lib"];
+
+/// The same for an upstream-configured 64-bit glibc (Fedora, RHEL and their rebuilds, openSUSE,
+/// Arch's `lib64` links): `SLIBDIR=/lib64`, `LIBDIR=/usr/lib64`, each expanded by the
+/// architecture's `add_system_dir` (glibc `sysdeps/unix/sysv/linux/<arch>/dl-cache.h`), which
+/// scans `.../lib` and then every multilib sibling of it.
+#[cfg(target_arch = "x86_64")]
+pub const LIB64_SYSTEM_DIRS: &[&str] =
+    &["/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32"];
+/// The same for an upstream-configured 64-bit glibc (aarch64: `lib64` and `libilp32` siblings).
+#[cfg(target_arch = "aarch64")]
+pub const LIB64_SYSTEM_DIRS: &[&str] =
+    &["/lib", "/lib64", "/libilp32", "/usr/lib", "/usr/lib64", "/usr/libilp32"];
+/// The same for an upstream-configured 64-bit glibc (no multilib expansion known here).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const LIB64_SYSTEM_DIRS: &[&str] = &["/lib64", "/usr/lib64"];
+
+/// How the root's glibc was configured, which decides its ldconfig's builtin directories. The
+/// ldconfig that would run is the image's own, so the layout is read from where the image's C
+/// library is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Debian, Ubuntu and derivatives: [`SYSTEM_DIRS`].
+    Multiarch,
+    /// Fedora, RHEL, SUSE and upstream defaults: [`LIB64_SYSTEM_DIRS`].
+    Lib64,
+}
+
+impl Layout {
+    /// The builtin directories, in ldconfig's order.
+    pub fn system_dirs(self) -> &'static [&'static str] {
+        match self {
+            Layout::Multiarch => SYSTEM_DIRS,
+            Layout::Lib64 => LIB64_SYSTEM_DIRS,
+        }
+    }
+
+    /// The layout of `root`: multiarch when `libc.so.6` is in a multiarch directory (or nowhere
+    /// known: the default), `lib64` when it is only in `/lib64` or `/usr/lib64`. A Debian tree has
+    /// `/lib64` too, holding only the loader's link, so the multiarch check comes first.
+    pub fn detect(root: &Root) -> Layout {
+        let has_libc = |dir: &str| root.metadata(Path::new(&join(dir, "libc.so.6"))).ok().flatten().is_some();
+        let multiarch = SYSTEM_DIRS.iter().filter(|d| d.matches('/').count() > 1).any(|d| has_libc(d));
+        if !multiarch && ["/lib64", "/usr/lib64"].iter().any(|d| has_libc(d)) {
+            Layout::Lib64
+        } else {
+            Layout::Multiarch
+        }
+    }
+}
 
 /// Limits against hostile images (far above any distribution's).
 pub const MAX_DIRS: usize = 1024;
@@ -174,7 +224,9 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
     let mut reader = conf::ConfReader::new(root);
     reader.read(Path::new(CONF_PATH), 0)?;
     lines.append(&mut reader.dirs);
-    lines.extend(SYSTEM_DIRS.iter().map(|d| conf::dir_line(d)));
+    let layout = Layout::detect(root);
+    tracing::debug!(?layout, "builtin library directories");
+    lines.extend(layout.system_dirs().iter().map(|d| conf::dir_line(d)));
 
     // add_dir_1 / add_single_dir: existing paths only, one per (dev, inode), first name kept,
     // the later line's type flag winning.
@@ -389,6 +441,53 @@ mod tests {
         let u = plan_at(r, &[]).unwrap();
         assert_eq!(keys(&u), ["libfoo.so.1 /usr/lib/libfoo.so.1", "libbar.so /usr/lib/libbar.so"]);
         assert_eq!(u.links, [Link { path: "/usr/lib/libfoo.so.1".into(), target: "libfoo.so.1.2.3".into() }]);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn an_rpm_layout_gets_lib64_builtin_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        // Fedora: merged /usr, /lib and /lib64 links into it, no ld.so.conf lines for either.
+        symlink("usr/lib", r.join("lib")).unwrap();
+        symlink("usr/lib64", r.join("lib64")).unwrap();
+        put(r, "/usr/lib64/libc.so.6", &so("libc.so.6"));
+        put(r, "/usr/lib64/libz.so.1.2.13", &so("libz.so.1"));
+        put(r, "/usr/lib/libold32.so.1", &so("libold32.so.1"));
+        put(r, "/usr/libx32/libx.so.1", &so("libx.so.1"));
+        put(r, "/usr/lib/x86_64-linux-gnu/libnot.so.1", &so("libnot.so.1"));
+        put(r, "/etc/ld.so.conf", b"include ld.so.conf.d/*.conf\n");
+        assert_eq!(Layout::detect(&Root::open(r).unwrap()), Layout::Lib64);
+        let u = plan_at(r, &[]).unwrap();
+        // Each directory under the first of its names in /lib, /lib64, /libx32, /usr/lib, ...
+        assert_eq!(
+            keys(&u),
+            [
+                "libz.so.1 /lib64/libz.so.1",
+                "libx.so.1 /usr/libx32/libx.so.1",
+                "libold32.so.1 /lib/libold32.so.1",
+                "libc.so.6 /lib64/libc.so.6"
+            ]
+        );
+        assert_eq!(u.links, [Link { path: "/lib64/libz.so.1".into(), target: "libz.so.1.2.13".into() }]);
+
+        // A Debian tree has /lib64 too, for the loader's link only: it stays multiarch.
+        let d = tmp.path().join("debian");
+        put(&d, "/usr/lib/x86_64-linux-gnu/libc.so.6", &so("libc.so.6"));
+        put(&d, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &so("ld-linux-x86-64.so.2"));
+        symlink("usr/lib", d.join("lib")).unwrap();
+        fs::create_dir_all(d.join("lib64")).unwrap();
+        symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", d.join("lib64/ld-linux-x86-64.so.2")).unwrap();
+        // Even with a libc.so.6 in /lib64 as well (multiarch decides).
+        put(&d, "/lib64/libc.so.6", &so("libc.so.6"));
+        assert_eq!(Layout::detect(&Root::open(&d).unwrap()), Layout::Multiarch);
+        let u = plan_at(&d, &[]).unwrap();
+        assert!(keys(&u).iter().all(|k| !k.contains("/lib64/")), "{:?}", keys(&u));
+
+        // Nothing to tell by: multiarch, as before.
+        let e = tmp.path().join("empty");
+        fs::create_dir_all(&e).unwrap();
+        assert_eq!(Layout::detect(&Root::open(&e).unwrap()), Layout::Multiarch);
     }
 
     #[test]
