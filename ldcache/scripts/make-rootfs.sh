@@ -11,10 +11,10 @@
 #   make-rootfs.sh --suites            print the suites
 #
 # Needs root (mmdebstrap's root mode chroots to run maintainer scripts), mmdebstrap and
-# debian-archive-keyring (bookworm's carries the trixie keys too), and network access to the mirror.
+# debian-archive-keyring (bookworm's carries the bullseye and trixie keys too), and network access to the mirror.
 set -euo pipefail
 
-SUITES=(bookworm trixie)
+SUITES=(bookworm trixie bullseye)
 VARIANT=minbase
 MIRROR="${NVINJECT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # Libraries beyond minbase, so the trees have several library directories' worth of SONAMEs,
@@ -24,6 +24,9 @@ packages() {
     bookworm) echo "libstdc++6,zlib1g,libssl3,libgomp1,libzstd1,libcurl4" ;;
     # The 64-bit time_t transition renamed some (libssl3t64, libcurl4t64).
     trixie) echo "libstdc++6,zlib1g,libssl3t64,libgomp1,libzstd1,libcurl4t64" ;;
+    # glibc 2.31 and no merged /usr: distinct /lib and /usr/lib trees, an ldconfig that writes the
+    # old+new ("compat") cache format.
+    bullseye) echo "libstdc++6,zlib1g,libssl1.1,libgomp1,libzstd1,libcurl4" ;;
     *) echo "make-rootfs.sh: unknown suite '$1' (known: ${SUITES[*]})" >&2; return 2 ;;
     esac
 }

@@ -10,8 +10,19 @@
 //! binary-searches it. Every file access goes through [`Root`] (openat2 `RESOLVE_IN_ROOT |
 //! RESOLVE_NO_MAGICLINKS`), so no symlink, `..` or `/proc` path in the image leads outside it.
 //!
-//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped: the loader still finds
-//! those libraries through the main directory), and removal of dangling `*.so.*` links (ldconfig
+//! The builtin directories follow the root's glibc layout ([`Layout::detect`]): Debian-family
+//! multiarch, or `lib64` (Fedora, RHEL, SUSE). The oracles: `tests/oracle.rs` (trees of this
+//! host's libraries against `ldconfig -r`) and `tests/distro_oracle.rs` (Debian bullseye, bookworm
+//! and trixie trees with the simulated driver injected, against each tree's own ldconfig and
+//! loader).
+//!
+//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped). ldconfig 2.33+ lists a
+//! library in `<dir>/glibc-hwcaps/<name>/` as a second entry for its SONAME, ahead of the plain
+//! one, with `1 << 62 | isa_level << 32 | index` in its hwcap field and the names in an extension
+//! section; a loader on a CPU that supports `<name>` then picks that copy, ours picks the plain
+//! one in `<dir>` (which glibc-hwcaps packaging requires to exist). glibc 2.36's ldconfig gives such an entry the
+//! file's own name in its path (`.../x86-64-v3/libz.so.1.2.13`, key `libz.so.1`) and makes no
+//! SONAME link there, which other versions may not share. Nor modelled: removal of dangling `*.so.*` links (ldconfig
 //! deletes them; we leave them).
 
 use std::collections::HashMap;

@@ -7,11 +7,12 @@
 //! - by the rootfs's **own** `ldconfig` (`chroot COPY /sbin/ldconfig F`, after the same
 //!   ld.so.conf.d drop-in the hook writes).
 //!
-//! Compared: the SONAME links each made, the cache bytes (once the generator strings are swapped),
-//! `ldconfig -p` of both caches as the rootfs's own ldconfig prints them, and a real `dlopen` inside
+//! Compared: the SONAME links each made (and removed), the cache entries and, for glibc 2.33+, the
+//! cache bytes (once the generator strings are swapped), `ldconfig -p` of both caches as the rootfs's own ldconfig prints them, and a real `dlopen` inside
 //! each rootfs (chroot) of every SONAME in the cache and of the driver libraries, printing every
 //! object the loader mapped. Needs root (chroot), gcc and the tarballs; fails, never skips, without
-//! them.
+//! them. x86-64 only (the probe's symbol versions and the multiarch paths are x86-64's).
+#![cfg(target_arch = "x86_64")]
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -19,7 +20,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use nvinject_ldcache::format::{encode, generator};
 use nvinject_ldcache::parse;
@@ -37,44 +38,52 @@ const DRIVER_SONAMES: &[&str] =
     &["libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4"];
 
 /// A fork per name, so a library whose constructor misbehaves cannot hide the others; each line:
-/// `name<TAB>ok<TAB>objects the loader has mapped, in load order` or `name<TAB>error<TAB>dlerror`.
-const PROBE_C: &str = r#"
-#define _GNU_SOURCE
+/// `name<TAB>ok<TAB>path the loader chose<TAB> every object mapped, in load order` or
+/// `name<TAB>error<TAB>dlerror`. It uses only functions every x86-64 glibc has had since 2.2.5 and
+/// no `memcpy` (2.14) or data symbols, and is linked against stubs that define just those
+/// versions (see [`probe`]), so the same binary runs on bullseye's glibc 2.31 as on trixie's 2.41.
+const PROBE_C: &str = r#"#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
+static char buf[65536];
+static size_t used;
+static void put(const char *s) { size_t n = strlen(s); if (used + n < sizeof buf) { for (size_t k = 0; k < n; k++) buf[used++] = s[k]; } }
+static void flush(void) { size_t off = 0; while (off < used) { ssize_t w = write(1, buf + off, used - off); if (w <= 0) break; off += (size_t)w; } used = 0; }
 static int show(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size; (void)data;
-    if (info->dlpi_name && info->dlpi_name[0]) printf(" %s", info->dlpi_name);
+    if (info->dlpi_name && info->dlpi_name[0]) { put(" "); put(info->dlpi_name); }
     return 0;
 }
-
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
             void *h = dlopen(argv[i], RTLD_LAZY | RTLD_LOCAL);
-            if (!h) { printf("%s\terror\t%s\n", argv[i], dlerror()); fflush(stdout); _exit(0); }
-            struct link_map *map = NULL;
-            dlinfo(h, RTLD_DI_LINKMAP, &map);
-            printf("%s\tok\t%s\t", argv[i], map && map->l_name ? map->l_name : "?");
+            put(argv[i]);
+            if (!h) { put("\terror\t"); put(dlerror()); put("\n"); flush(); _exit(0); }
+            /* glibc's handle is the object's link_map. */
+            const char *name = ((struct link_map *)h)->l_name;
+            put("\tok\t"); put(name ? name : "?"); put("\t");
             dl_iterate_phdr(show, NULL);
-            printf("\n");
-            fflush(stdout);
-            _exit(0);
+            put("\n"); flush(); _exit(0);
         }
         int status = 0;
         waitpid(pid, &status, 0);
-        if (!WIFEXITED(status)) printf("%s\tcrashed\t%d\n", argv[i], status);
+        if (!WIFEXITED(status)) { char m[64]; snprintf(m, sizeof m, "\tcrashed\t%d\n", status); put(argv[i]); put(m); flush(); }
     }
     return 0;
 }
 "#;
+
+/// Link-time stand-ins for libc.so.6 and libdl.so.2 whose only symbol version is GLIBC_2.2.5, so
+/// the probe's references carry that version (the host's libc would give it 2.34's).
+const STUB_LIBC: &str = "void __libc_start_main(void) {}\nvoid snprintf(void) {}\nvoid write(void) {}\n\
+void fork(void) {}\nvoid waitpid(void) {}\nvoid _exit(void) {}\nvoid strlen(void) {}\nvoid dl_iterate_phdr(void) {}\n";
+const STUB_LIBDL: &str = "void dlopen(void) {}\nvoid dlerror(void) {}\n";
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -112,33 +121,42 @@ fn suites() -> Vec<String> {
     run(Command::new("bash").arg(script).arg("--suites")).lines().map(str::to_owned).collect()
 }
 
-/// The simulated driver's library folder (built once per process).
-fn driver_libs(tmp: &Path) -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = tmp.join("node");
-        run(Command::new(simnode_bin("nvinject-simnode"))
-            .args(["build", "--preset", "h100x8", "--out"])
-            .arg(&out));
-        let dir = out.join("driver/usr/lib/x86_64-linux-gnu");
-        // Kept past this test's temp dir: the first caller's dir lives as long as the test binary
-        // needs it (tests here run one at a time).
-        let keep = std::env::temp_dir().join(format!("nvinject-ldcache-distro-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&keep);
-        run(Command::new("cp").arg("-a").arg(&dir).arg(&keep));
-        keep
-    })
+/// The simulated driver's library folder, built under `tmp`.
+fn driver_libs(tmp: &Path) -> PathBuf {
+    let out = tmp.join("node");
+    run(Command::new(simnode_bin("nvinject-simnode"))
+        .args(["build", "--preset", "h100x8", "--out"])
+        .arg(&out));
+    out.join("driver/usr/lib/x86_64-linux-gnu")
 }
 
-fn probe(tmp: &Path) -> &'static Path {
-    static PROBE: OnceLock<PathBuf> = OnceLock::new();
-    PROBE.get_or_init(|| {
-        let src = tmp.join("probe.c");
-        fs::write(&src, PROBE_C).unwrap();
-        let bin = std::env::temp_dir().join(format!("nvinject-ldcache-probe-{}", std::process::id()));
-        run(Command::new("gcc").args(["-O1", "-o"]).arg(&bin).arg(&src).arg("-ldl"));
-        bin
-    })
+/// The dlopen probe, built under `tmp` with the host's gcc.
+fn probe(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("probe");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("v.map"), "GLIBC_2.2.5 { global: *; };\n").unwrap();
+    for (soname, link, src) in [("libc.so.6", "libc.so", STUB_LIBC), ("libdl.so.2", "libdl.so", STUB_LIBDL)] {
+        let c = dir.join(format!("{link}.c"));
+        fs::write(&c, src).unwrap();
+        run(Command::new("gcc")
+            .args(["-w", "-fno-builtin", "-shared", "-fPIC", "-nostdlib", "-Wl,--version-script=v.map"])
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-o")
+            .arg(dir.join(soname))
+            .arg(&c)
+            .current_dir(&dir));
+        symlink(soname, dir.join(link)).unwrap();
+    }
+    fs::write(dir.join("probe.c"), PROBE_C).unwrap();
+    let bin = dir.join("nvinject-dlopen-probe");
+    run(Command::new("gcc")
+        .args(["-O0", "-fno-builtin", "-fno-stack-protector", "-nodefaultlibs", "-o"])
+        .arg(&bin)
+        .arg(dir.join("probe.c"))
+        .arg("-L")
+        .arg(&dir)
+        .args(["-lc", "-ldl"]));
+    bin
 }
 
 fn unpack(tarball: &Path, at: &Path) {
@@ -223,6 +241,7 @@ fn compare_suite(suite: &str, folder: &str) {
     let tmp = tempfile::Builder::new().prefix("nvinject-ldcache-distro-").tempdir().unwrap();
     let libs = driver_libs(tmp.path());
     let probe = probe(tmp.path());
+    let (libs, probe) = (libs.as_path(), probe.as_path());
     let (ours, theirs) = (tmp.path().join("ours"), tmp.path().join("theirs"));
     for root in [&ours, &theirs] {
         unpack(&tarball, root);
@@ -243,6 +262,9 @@ fn compare_suite(suite: &str, folder: &str) {
     let made = |root: &Path| symlinks(root).difference(&pristine).cloned().collect::<BTreeSet<_>>();
     let (our_links, their_links) = (made(&ours), made(&theirs));
     assert_eq!(our_links, their_links, "{suite}: SONAME links made (hook left, ldconfig right)");
+    // ldconfig also deletes dangling `*.so.*` links, which the hook does not: none may be there.
+    let gone = |root: &Path| pristine.difference(&symlinks(root)).cloned().collect::<BTreeSet<_>>();
+    assert_eq!(gone(&ours), gone(&theirs), "{suite}: links removed (hook left, ldconfig right)");
     for soname in DRIVER_SONAMES {
         assert!(
             our_links.iter().any(|(p, _)| p == &Path::new(folder).join(soname)),
@@ -258,11 +280,21 @@ fn compare_suite(suite: &str, folder: &str) {
 
     // What the rootfs's own ldconfig reads back from each cache.
     let ((our_list, our_gen), (their_list, their_gen)) = (listing(&ours), listing(&theirs));
+    // glibc before 2.36 records the minimum kernel of a library's ABI note (`OS ABI: Linux
+    // 3.2.0`, glibc's own libraries) and its loader skips an entry needing a newer kernel than
+    // the running one; we write 0 (no minimum), as 2.36+ does. That annotation is the only
+    // difference allowed, and only for such a suite.
+    let old_glibc = suite == "bullseye";
+    let abi_notes = their_list.iter().filter(|l| l.contains(", OS ABI: ")).count();
+    let their_list: Vec<String> =
+        if old_glibc { their_list.iter().map(|l| strip_os_abi(l)).collect() } else { their_list };
     assert_eq!(
         our_list, their_list,
         "{suite}: `ldconfig -p` of the hook's cache (left) and ldconfig's (right)"
     );
-    assert!(our_gen.contains("nvinject-ldcache"), "{suite}: {our_gen:?}");
+    // glibc before 2.33 prints no generator line at all.
+    assert!(our_gen.contains("nvinject-ldcache") || old_glibc, "{suite}: {our_gen:?}");
+    assert!(our_list.iter().all(|l| !l.contains(", OS ABI: ")));
     for soname in DRIVER_SONAMES {
         let want = format!("{folder}/{soname}");
         assert!(
@@ -287,9 +319,16 @@ fn compare_suite(suite: &str, folder: &str) {
     }
     assert_eq!(ol.len(), tl.len());
     for soname in DRIVER_SONAMES {
-        let want = format!("{soname}\tok\t{folder}/{soname}\t");
+        // Found in the folder: loaded, or (the simulated NVML is built against this host's newer
+        // glibc) found there and refused for a symbol version it needs.
+        let path = format!("{folder}/{soname}");
+        let loaded = format!("{soname}\tok\t{path}\t");
+        let too_new = format!("(required by {path})");
         assert!(
-            ol.iter().any(|l| l.starts_with(&want)),
+            ol.iter().any(|l| l.starts_with(&loaded)
+                || (l.starts_with(&format!("{soname}\terror\t"))
+                    && l.contains("version `GLIBC_")
+                    && l.ends_with(&too_new))),
             "{suite}: {soname} not loaded from {folder}:\n{our_dl}"
         );
     }
@@ -299,14 +338,41 @@ fn compare_suite(suite: &str, folder: &str) {
     }
     eprintln!(
         "{suite} ({folder}): {} cache entries, {} links made, ldconfig -p identical ({} lines), \
-         dlopen identical ({loaded}/{} loaded), cache bytes {}; ldconfig's generator: {their_gen:?}",
+         dlopen identical ({loaded}/{} loaded), cache bytes {}; ldconfig's generator: {their_gen:?}; \
+         OS ABI notes in ldconfig's listing (ignored): {abi_notes}",
         a.len(),
         our_links.len(),
         our_list.len(),
         names.len(),
-        if bytes_match(&our_cache, &their_cache) { "identical but for the generator" } else { "DIFFER" },
+        match bytes_match(&our_cache, &their_cache) {
+            Some(true) => "identical but for the generator",
+            Some(false) => "DIFFER",
+            None => "not compared (glibc 2.31 lays out osversion and strings differently)",
+        },
     );
-    assert!(bytes_match(&our_cache, &their_cache), "{suite}: cache bytes differ beyond the generator string");
+    // glibc 2.33+ writes what we write, byte for byte but for the generator string. 2.31 writes
+    // no extensions, an osversion per entry and its strings in entry order: only the entries
+    // (above) can match there.
+    if old_glibc {
+        assert_eq!(bytes_match(&our_cache, &their_cache), None, "{suite}: ldconfig wrote a generator");
+    } else {
+        assert_eq!(
+            bytes_match(&our_cache, &their_cache),
+            Some(true),
+            "{suite}: cache bytes differ beyond the generator string"
+        );
+    }
+}
+
+/// `ldconfig -p`'s line without its `, OS ABI: Linux X.Y.Z` part.
+fn strip_os_abi(line: &str) -> String {
+    match line.find(", OS ABI: ") {
+        Some(at) => {
+            let end = line[at..].find(')').map_or(line.len(), |e| at + e);
+            format!("{}{}", &line[..at], &line[end..])
+        }
+        None => line.to_owned(),
+    }
 }
 
 /// (key, flags, path) of each entry, in cache order.
@@ -317,9 +383,10 @@ fn entries(bytes: &[u8]) -> Vec<(String, i32, String)> {
 }
 
 /// Ours, re-encoded with ldconfig's generator string, is ldconfig's file byte for byte.
-fn bytes_match(ours: &[u8], theirs: &[u8]) -> bool {
-    let ldconfig_generator = generator(theirs).expect("ldconfig writes a generator");
-    encode(&parse(ours).unwrap(), &ldconfig_generator).unwrap() == theirs
+/// `None` when ldconfig's file has no generator string (glibc before 2.33).
+fn bytes_match(ours: &[u8], theirs: &[u8]) -> Option<bool> {
+    let ldconfig_generator = generator(theirs)?;
+    Some(encode(&parse(ours).unwrap(), &ldconfig_generator).unwrap() == theirs)
 }
 
 fn is_root() -> bool {
@@ -328,8 +395,22 @@ fn is_root() -> bool {
 }
 
 #[test]
+fn os_abi_annotations_are_stripped_exactly() {
+    assert_eq!(
+        strip_os_abi(
+            "\tlibutil.so.1 (libc6,x86-64, OS ABI: Linux 3.2.0) => /lib/x86_64-linux-gnu/libutil.so.1"
+        ),
+        "\tlibutil.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libutil.so.1"
+    );
+    assert_eq!(
+        strip_os_abi("\tlibz.so.1 (libc6,x86-64) => /lib/libz.so.1"),
+        "\tlibz.so.1 (libc6,x86-64) => /lib/libz.so.1"
+    );
+}
+
+#[test]
 fn every_suite_has_a_test() {
-    let have: BTreeSet<String> = ["bookworm", "trixie"].into_iter().map(str::to_owned).collect();
+    let have: BTreeSet<String> = ["bookworm", "trixie", "bullseye"].into_iter().map(str::to_owned).collect();
     assert_eq!(
         suites().into_iter().collect::<BTreeSet<_>>(),
         have,
@@ -355,4 +436,14 @@ fn trixie_multiarch_folder() {
 #[test]
 fn trixie_own_folder() {
     compare_suite("trixie", OWN_FOLDER);
+}
+
+#[test]
+fn bullseye_multiarch_folder() {
+    compare_suite("bullseye", MULTIARCH);
+}
+
+#[test]
+fn bullseye_own_folder() {
+    compare_suite("bullseye", OWN_FOLDER);
 }
