@@ -16,16 +16,20 @@
 //! and trixie trees with the simulated driver injected, against each tree's own ldconfig and
 //! loader).
 //!
-//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped). ldconfig 2.33+ lists a
-//! library in `<dir>/glibc-hwcaps/<name>/` as a second entry for its SONAME, ahead of the plain
-//! one, with `1 << 62 | isa_level << 32 | index` in its hwcap field and the names in an extension
-//! section; a loader on a CPU that supports `<name>` then picks that copy, ours picks the plain
-//! one in `<dir>` (which glibc-hwcaps packaging requires to exist). glibc 2.36's ldconfig gives such an entry the
-//! file's own name in its path (`.../x86-64-v3/libz.so.1.2.13`, key `libz.so.1`) and makes no
-//! SONAME link there, which other versions may not share. Nor modelled: removal of dangling `*.so.*` links (ldconfig
-//! deletes them; we leave them).
+//! `glibc-hwcaps/<name>/` subdirectories (glibc 2.33+) are listed as ldconfig lists them: right
+//! after their parent, each library as a second entry for its SONAME ahead of the plain one, under
+//! the file's own name and with no link made there, with `1 << 62 | isa_level << 32 | index` in its
+//! hwcap field (the x86 ISA level the ELF says it needs; the index into the extension section of
+//! the used names, sorted), every name found in the string table. A loader before 2.33 ignores
+//! such entries (bullseye's would list them in `ldconfig -p`, its own ldconfig would not write
+//! them).
+//!
+//! Not modelled: legacy hwcap and platform subdirectories (`tls`, `haswell`, ...; skipped: the
+//! loader still finds those libraries through the main directory, and glibc 2.37 dropped them),
+//! the per-entry minimum kernel version that ldconfig before 2.36 records (we write 0, as 2.36+
+//! does), and removal of dangling `*.so.*` links (ldconfig deletes them; we leave them).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -186,12 +190,18 @@ struct Dlib {
     soname: String,
     flag: i32,
     is_link: bool,
+    isa_level: u32,
 }
 
 struct Dir {
     path: String,
     flag: i32,
+    /// For `<dir>/glibc-hwcaps/<name>`: `name`.
+    hwcaps: Option<String>,
 }
+
+/// The subdirectory the loader looks in for libraries built for a newer ISA level (glibc 2.33+).
+const GLIBC_HWCAPS: &str = "glibc-hwcaps";
 
 /// Whether ldconfig looks at a directory entry of this name at all.
 fn looks_like_dso(name: &[u8]) -> bool {
@@ -243,6 +253,8 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
     // the later line's type flag winning.
     let mut dirs: Vec<Dir> = Vec::new();
     let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    // Every glibc-hwcaps subdirectory name found: ldconfig puts each in the string table.
+    let mut hwcaps_seen: BTreeSet<String> = BTreeSet::new();
     for line in lines {
         if !line.path.starts_with('/') {
             tracing::warn!(dir = %line.path, "relative ld.so.conf directory ignored");
@@ -256,15 +268,9 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
                 continue;
             }
         };
-        match seen.get(&(meta.dev(), meta.ino())) {
-            Some(&i) => dirs[i].flag = line.flag,
-            None => {
-                if dirs.len() >= MAX_DIRS {
-                    return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
-                }
-                seen.insert((meta.dev(), meta.ino()), dirs.len());
-                dirs.push(Dir { path: line.path, flag: line.flag });
-            }
+        let dir = Dir { path: line.path, flag: line.flag, hwcaps: None };
+        if add_single_dir(&mut dirs, &mut seen, dir, (meta.dev(), meta.ino()))? {
+            add_hwcaps_subdirs(root, &mut dirs, &mut seen, &mut hwcaps_seen)?;
         }
     }
 
@@ -276,16 +282,92 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
             return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
         }
     }
+    // The hwcaps section lists the subdirectory names that hold a library, sorted; an entry's hwcap
+    // field is the extension bit, the library's ISA level and its name's index there.
+    let mut used: Vec<String> = entries.iter().filter_map(|(_, h)| h.clone()).collect();
+    used.sort();
+    used.dedup();
+    let mut entries: Vec<Entry> = entries
+        .into_iter()
+        .map(|(mut e, h)| {
+            if let Some(h) = h {
+                let index = used.binary_search(&h).expect("every used name is listed") as u64;
+                e.hwcap |= format::HWCAP_EXTENSION | index;
+            }
+            e
+        })
+        .collect();
     format::sort_entries(&mut entries);
-    let cache = format::encode(&entries, GENERATOR)?;
+    let hwcaps_seen: Vec<&str> = hwcaps_seen.iter().map(String::as_str).collect();
+    let used: Vec<&str> = used.iter().map(String::as_str).collect();
+    let cache = format::encode_with_hwcaps(&entries, GENERATOR, &hwcaps_seen, &used)?;
     Ok(Update { cache, links })
 }
 
-/// ldconfig's `search_dir` for one directory (no subdirectories).
+/// ldconfig's `add_single_dir`: adds `dir` unless its (device, inode) is listed already, in which
+/// case the listed one takes its flag. True when added.
+fn add_single_dir(
+    dirs: &mut Vec<Dir>,
+    seen: &mut HashMap<(u64, u64), usize>,
+    dir: Dir,
+    id: (u64, u64),
+) -> Result<bool, LdCacheError> {
+    if let Some(&i) = seen.get(&id) {
+        dirs[i].flag = dir.flag;
+        return Ok(false);
+    }
+    if dirs.len() >= MAX_DIRS {
+        return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
+    }
+    seen.insert(id, dirs.len());
+    dirs.push(dir);
+    Ok(true)
+}
+
+/// ldconfig's `add_glibc_hwcaps_subdirectories` for the directory just added: each directory
+/// (or link to one) in `<dir>/glibc-hwcaps` that is not hidden and has no `:` in its name,
+/// right after its parent, under the parent's name as configured.
+fn add_hwcaps_subdirs(
+    root: &Root,
+    dirs: &mut Vec<Dir>,
+    seen: &mut HashMap<(u64, u64), usize>,
+    hwcaps_seen: &mut BTreeSet<String>,
+) -> Result<(), LdCacheError> {
+    let parent = dirs.last().expect("a directory was just added");
+    let (parent_path, flag) = (parent.path.clone(), parent.flag);
+    let base = join(&parent_path, GLIBC_HWCAPS);
+    let Ok(listing) = root.read_dir(Path::new(&base)) else { return Ok(()) };
+    if listing.len() > MAX_DIR_ENTRIES {
+        return Err(LdCacheError::TooMany {
+            what: "entries in one library directory",
+            limit: MAX_DIR_ENTRIES,
+        });
+    }
+    for (name, ty) in listing {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || name.contains(':') || ty == EntryType::File {
+            continue;
+        }
+        let path = join(&base, name);
+        let Ok(Some(meta)) = root.metadata(Path::new(&path)) else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        if hwcaps_seen.insert(name.to_owned()) && hwcaps_seen.len() > MAX_DIRS {
+            return Err(LdCacheError::TooMany { what: "glibc-hwcaps subdirectory names", limit: MAX_DIRS });
+        }
+        let dir = Dir { path, flag, hwcaps: Some(name.to_owned()) };
+        add_single_dir(dirs, seen, dir, (meta.dev(), meta.ino()))?;
+    }
+    Ok(())
+}
+
+/// ldconfig's `search_dir` for one directory (no legacy hwcap subdirectories). Entries of a
+/// glibc-hwcaps subdirectory come with its name.
 fn search_dir(
     root: &Root,
     dir: &Dir,
-    entries: &mut Vec<Entry>,
+    entries: &mut Vec<(Entry, Option<String>)>,
     links: &mut Vec<Link>,
 ) -> Result<(), LdCacheError> {
     let listing = match root.read_dir(Path::new(&dir.path)) {
@@ -356,27 +438,33 @@ fn search_dir(
                     // The first one's flag stays, as in ldconfig.
                     old.name = name;
                     old.is_link = is_link;
+                    old.isa_level = lib.isa_level;
                 }
             }
             None => {
                 by_soname.insert(soname.clone(), dlibs.len());
-                dlibs.push(Dlib { name, soname, flag, is_link });
+                dlibs.push(Dlib { name, soname, flag, is_link, isa_level: lib.isa_level });
             }
         }
     }
     // ldconfig keeps its list newest-first.
     for d in dlibs.into_iter().rev() {
-        if !d.is_link
-            && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
-        {
-            links.push(link);
-        }
-        entries.push(Entry {
-            key: d.soname.clone(),
-            path: join(&dir.path, &d.soname),
-            flags: d.flag,
-            hwcap: 0,
-        });
+        // In a glibc-hwcaps subdirectory ldconfig makes no links and lists the file itself.
+        let file = if dir.hwcaps.is_some() {
+            &d.name
+        } else {
+            if !d.is_link
+                && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
+            {
+                links.push(link);
+            }
+            &d.soname
+        };
+        // The ISA level goes into bits 32.. of a glibc-hwcaps entry's hwcap (the index is added
+        // once every subdirectory is known).
+        let hwcap = if dir.hwcaps.is_some() { u64::from(d.isa_level) << 32 } else { 0 };
+        let entry = Entry { key: d.soname.clone(), path: join(&dir.path, file), flags: d.flag, hwcap };
+        entries.push((entry, dir.hwcaps.clone()));
     }
     Ok(())
 }
