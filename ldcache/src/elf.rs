@@ -20,6 +20,13 @@ const EM_AARCH64: u16 = 183;
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
+/// `PT_GNU_PROPERTY`: the `NT_GNU_PROPERTY_TYPE_0` note, where x86 objects say which ISA level
+/// they need.
+const PT_GNU_PROPERTY: u32 = 0x6474_e553;
+const NT_GNU_PROPERTY_TYPE_0: u32 = 5;
+const GNU_PROPERTY_X86_ISA_1_NEEDED: u32 = 0xc000_8002;
+/// Bytes of property notes read at most (real ones are a few dozen).
+const MAX_PROPERTY_BYTES: u64 = 4096;
 const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;
 const DT_STRTAB: u64 = 5;
@@ -51,6 +58,9 @@ pub struct Library {
     pub flags: i32,
     /// `DT_SONAME`, when the library has one.
     pub soname: Option<String>,
+    /// x86 ISA level it needs (`GNU_PROPERTY_X86_ISA_1_NEEDED`: 0 baseline, 1 x86-64-v2, 2 v3,
+    /// 3 v4), which ldconfig records for glibc-hwcaps entries; 0 elsewhere.
+    pub isa_level: u32,
 }
 
 /// Random access to a file's bytes.
@@ -173,6 +183,7 @@ pub fn inspect<R: ReadAt + ?Sized>(file: &R, len: u64) -> Option<Library> {
     let mut flag = FLAG_ELF;
     let mut loadaddr: Option<u64> = None;
     let mut dynamic: Option<(u64, u64)> = None;
+    let mut isa_level = 0;
     for i in 0..phnum.min(MAX_PHDRS) as u64 {
         let ph = phoff.checked_add(i * phsize)?;
         let p_type = r.u32(ph)?;
@@ -184,6 +195,10 @@ pub fn inspect<R: ReadAt + ?Sized>(file: &R, len: u64) -> Option<Library> {
         match p_type {
             PT_LOAD if loadaddr.is_none() => loadaddr = Some(vaddr.wrapping_sub(offset)),
             PT_DYNAMIC => dynamic = Some((offset, filesz)),
+            PT_GNU_PROPERTY if matches!(machine, EM_X86_64 | EM_386) => {
+                let align = if r.is64 { r.u64(ph + 48)? } else { u64::from(r.u32(ph + 28)?) };
+                isa_level = x86_isa_level(&r, offset, filesz, align).unwrap_or(0);
+            }
             PT_INTERP => {
                 let interp = r.cstr(offset)?;
                 if let Some(&(_, f)) = INTERPRETERS.iter().find(|(name, _)| *name == interp.as_slice()) {
@@ -237,7 +252,46 @@ pub fn inspect<R: ReadAt + ?Sized>(file: &R, len: u64) -> Option<Library> {
             break;
         }
     }
-    Some(Library { flags: file_flag.unwrap_or(flag), soname })
+    Some(Library { flags: file_flag.unwrap_or(flag), soname, isa_level })
+}
+
+/// The ISA level in a `PT_GNU_PROPERTY` segment: the highest bit of the first
+/// `GNU_PROPERTY_X86_ISA_1_NEEDED` word (glibc's `read_gnu_property` for x86). Notes and
+/// properties are 8-byte aligned in 64-bit objects and 4-byte in 32-bit ones; a segment with
+/// another alignment is ignored, as ldconfig ignores it.
+fn x86_isa_level<R: ReadAt + ?Sized>(r: &Reader<'_, R>, offset: u64, size: u64, align: u64) -> Option<u32> {
+    let want = if r.is64 { 8 } else { 4 };
+    if align != want {
+        return None;
+    }
+    let end = offset.checked_add(size.min(MAX_PROPERTY_BYTES))?;
+    let mut note = offset;
+    while note.checked_add(12)? <= end {
+        let (namesz, descsz, ty) = (u64::from(r.u32(note)?), u64::from(r.u32(note + 4)?), r.u32(note + 8)?);
+        // ELF_NOTE_DESC_OFFSET / ELF_NOTE_NEXT_OFFSET: the header and name, then the descriptor,
+        // each padded to the alignment.
+        let desc = note.checked_add((12 + namesz).next_multiple_of(want))?;
+        let next = desc.checked_add(descsz)?.next_multiple_of(want);
+        if next > end {
+            return None;
+        }
+        if ty == NT_GNU_PROPERTY_TYPE_0 && namesz == 4 && r.bytes::<4>(note + 12)? == *b"GNU\0" {
+            let mut p = desc;
+            while p + 8 <= desc + descsz {
+                let (pr_type, datasz) = (r.u32(p)?, u64::from(r.u32(p + 4)?));
+                if pr_type == GNU_PROPERTY_X86_ISA_1_NEEDED {
+                    if datasz != 4 {
+                        return None;
+                    }
+                    let isa_1 = r.u32(p + 8)?;
+                    return Some(if isa_1 == 0 { 0 } else { 31 - isa_1.leading_zeros() });
+                }
+                p = (p + 8).checked_add(datasz.next_multiple_of(want))?;
+            }
+        }
+        note = next;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -314,7 +368,7 @@ pub(crate) mod tests {
     fn reads_soname_and_flags() {
         let so = tiny_so(Some("libfoo.so.1"), EM_X86_64, true);
         let lib = inspect(so.as_slice(), so.len() as u64).unwrap();
-        assert_eq!(lib, Library { flags: 0x0303, soname: Some("libfoo.so.1".into()) });
+        assert_eq!(lib, Library { flags: 0x0303, soname: Some("libfoo.so.1".into()), isa_level: 0 });
         let so = tiny_so(None, EM_X86_64, true);
         assert_eq!(inspect(so.as_slice(), so.len() as u64).unwrap().soname, None);
     }

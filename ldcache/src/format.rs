@@ -25,6 +25,16 @@ const ENDIAN_LITTLE: u8 = 2;
 const EXTENSION_MAGIC: u32 = 0xeaa4_2174;
 /// `cache_extension_tag_generator`: a free-form string naming the writer.
 const TAG_GENERATOR: u32 = 0;
+/// `cache_extension_tag_glibc_hwcaps`: `u32` string offsets of the glibc-hwcaps subdirectory
+/// names, sorted.
+const TAG_GLIBC_HWCAPS: u32 = 1;
+/// ldconfig sizes the extension directory for every tag it knows (`cache_extension_count`),
+/// whether present or not, when it places the data after it.
+const EXTENSION_TAGS: usize = 2;
+/// `DL_CACHE_HWCAP_EXTENSION`: the entry's low 32 hwcap bits index the glibc-hwcaps section
+/// (bits 32..42 hold the library's ISA level).
+pub const HWCAP_EXTENSION: u64 = 1 << 62;
+const HWCAP_ISA_LEVEL_MASK: u64 = (1 << 10) - 1;
 
 /// `FLAG_ELF`: an ELF library whose C library could not be told.
 pub const FLAG_ELF: i32 = 0x0001;
@@ -111,16 +121,41 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> i32 {
     chr(at(a, i)) - chr(at(b, j))
 }
 
-/// ldconfig's `compare` for two entries (negative: `a` goes first).
+/// glibc's `dl_cache_hwcap_extension`: the entry belongs to a glibc-hwcaps subdirectory.
+pub fn is_hwcaps_entry(hwcap: u64) -> bool {
+    ((hwcap >> 32) & !HWCAP_ISA_LEVEL_MASK) == (HWCAP_EXTENSION >> 32)
+}
+
+/// ldconfig's `compare` for two entries (negative: `a` goes first): keys descending, flags
+/// descending, glibc-hwcaps entries first and by subdirectory name (their section indices follow
+/// name order), then legacy hwcap entries by bit count and value.
 fn compare(a: &Entry, b: &Entry) -> i32 {
+    use std::cmp::Ordering::{Equal, Greater, Less};
     let res = libcmp(b.key.as_bytes(), a.key.as_bytes());
     if res != 0 {
         return res;
     }
-    match a.flags.cmp(&b.flags) {
-        std::cmp::Ordering::Less => 1,
-        std::cmp::Ordering::Greater => -1,
-        std::cmp::Ordering::Equal => 0,
+    let descending = |x: std::cmp::Ordering| match x {
+        Less => 1,
+        Greater => -1,
+        Equal => 0,
+    };
+    let flags = descending(a.flags.cmp(&b.flags));
+    if flags != 0 {
+        return flags;
+    }
+    match (is_hwcaps_entry(a.hwcap), is_hwcaps_entry(b.hwcap)) {
+        (true, false) => -1,
+        (false, true) => 1,
+        (true, true) => match (a.hwcap as u32).cmp(&(b.hwcap as u32)) {
+            Less => -1,
+            Greater => 1,
+            Equal => 0,
+        },
+        (false, false) => {
+            let bits = descending(a.hwcap.count_ones().cmp(&b.hwcap.count_ones()));
+            if bits != 0 { bits } else { descending(a.hwcap.cmp(&b.hwcap)) }
+        }
     }
 }
 
@@ -183,16 +218,33 @@ fn string_table(strings: &[&str]) -> (Vec<u8>, std::collections::HashMap<String,
 /// Encodes `entries` (already in cache order, see [`sort_entries`]) as a new-format cache whose
 /// generator extension names `generator`. Fails only past the format's 32-bit offsets.
 pub fn encode(entries: &[Entry], generator: &str) -> Result<Vec<u8>, LdCacheError> {
+    encode_with_hwcaps(entries, generator, &[], &[])
+}
+
+/// [`encode`] for a cache with glibc-hwcaps entries: `seen` are all the subdirectory names found
+/// (ldconfig puts each in the string table), `used` the sorted names that hold a library (the
+/// hwcaps section; an entry's index is its name's position there).
+pub fn encode_with_hwcaps(
+    entries: &[Entry],
+    generator: &str,
+    seen: &[&str],
+    used: &[&str],
+) -> Result<Vec<u8>, LdCacheError> {
     let too_big = || LdCacheError::TooMany { what: "bytes in the cache", limit: u32::MAX as usize };
-    let mut strings = Vec::with_capacity(entries.len() * 2);
+    let mut strings = Vec::with_capacity(entries.len() * 2 + seen.len() + used.len());
     for e in entries {
         strings.push(e.key.as_str());
         strings.push(e.path.as_str());
     }
+    strings.extend_from_slice(seen);
+    strings.extend_from_slice(used);
     let (table, offsets) = string_table(&strings);
     let table_start = NEW_HEADER + entries.len() * NEW_ENTRY;
     let extension = (table_start + table.len()).next_multiple_of(4);
-    let total = extension + 8 + 16 + generator.len();
+    let sections = 1 + usize::from(!used.is_empty());
+    let hwcaps_at = extension + 8 + EXTENSION_TAGS * 16;
+    let generator_at = if used.is_empty() { extension + 8 + 16 } else { hwcaps_at + 4 * used.len() };
+    let total = generator_at + generator.len();
     let total32 = u32::try_from(total).map_err(|_| too_big())?;
     let u32le = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
     let mut out = Vec::with_capacity(total);
@@ -212,11 +264,20 @@ pub fn encode(entries: &[Entry], generator: &str) -> Result<Vec<u8>, LdCacheErro
     out.extend_from_slice(&table);
     out.resize(extension, 0);
     u32le(&mut out, EXTENSION_MAGIC);
-    u32le(&mut out, 1);
+    u32le(&mut out, sections as u32);
     u32le(&mut out, TAG_GENERATOR);
     u32le(&mut out, 0);
-    u32le(&mut out, (extension + 24) as u32);
+    u32le(&mut out, generator_at as u32);
     u32le(&mut out, generator.len() as u32);
+    if !used.is_empty() {
+        u32le(&mut out, TAG_GLIBC_HWCAPS);
+        u32le(&mut out, 0);
+        u32le(&mut out, hwcaps_at as u32);
+        u32le(&mut out, 4 * used.len() as u32);
+        for name in used {
+            u32le(&mut out, table_start as u32 + offsets[*name]);
+        }
+    }
     out.extend_from_slice(generator.as_bytes());
     debug_assert_eq!(out.len() as u32, total32);
     Ok(out)
@@ -297,6 +358,30 @@ fn parse_new(bytes: &[u8], base: usize) -> Result<Vec<Entry>, LdCacheError> {
         out.push(Entry { key, path, flags, hwcap });
     }
     Ok(out)
+}
+
+/// `bytes` with its generator string replaced by `generator`, when the generator is the file's
+/// last part (as ldconfig and [`encode`] write it). For comparing caches of different writers.
+pub fn with_generator(bytes: &[u8], generator: &str) -> Option<Vec<u8>> {
+    if !bytes.starts_with(NEW_MAGIC) {
+        return None;
+    }
+    let ext = u32_at(bytes, 32).ok()? as usize;
+    if ext == 0 || u32_at(bytes, ext).ok()? != EXTENSION_MAGIC {
+        return None;
+    }
+    let count = u32_at(bytes, ext + 4).ok()? as usize;
+    let s = (0..count.min(64))
+        .map(|i| ext + 8 + i * 16)
+        .find(|&s| u32_at(bytes, s).ok() == Some(TAG_GENERATOR))?;
+    let (off, size) = (u32_at(bytes, s + 8).ok()? as usize, u32_at(bytes, s + 12).ok()? as usize);
+    if off.checked_add(size)? != bytes.len() {
+        return None;
+    }
+    let mut out = bytes[..off].to_vec();
+    out[s + 12..s + 16].copy_from_slice(&u32::try_from(generator.len()).ok()?.to_le_bytes());
+    out.extend_from_slice(generator.as_bytes());
+    Some(out)
 }
 
 /// The generator string of a new-format cache (`ldconfig (GNU libc) 2.36`, ours), if it has one.

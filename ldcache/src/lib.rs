@@ -10,11 +10,26 @@
 //! binary-searches it. Every file access goes through [`Root`] (openat2 `RESOLVE_IN_ROOT |
 //! RESOLVE_NO_MAGICLINKS`), so no symlink, `..` or `/proc` path in the image leads outside it.
 //!
-//! Not modelled: `glibc-hwcaps/` and legacy hwcap subdirectories (skipped: the loader still finds
-//! those libraries through the main directory), and removal of dangling `*.so.*` links (ldconfig
-//! deletes them; we leave them).
+//! The builtin directories follow the root's glibc layout ([`Layout::detect`]): Debian-family
+//! multiarch, or `lib64` (Fedora, RHEL, SUSE). The oracles: `tests/oracle.rs` (trees of this
+//! host's libraries against `ldconfig -r`) and `tests/distro_oracle.rs` (Debian bullseye, bookworm
+//! and trixie trees with the simulated driver injected, against each tree's own ldconfig and
+//! loader).
+//!
+//! `glibc-hwcaps/<name>/` subdirectories (glibc 2.33+) are listed as ldconfig lists them: right
+//! after their parent, each library as a second entry for its SONAME ahead of the plain one, under
+//! the file's own name and with no link made there, with `1 << 62 | isa_level << 32 | index` in its
+//! hwcap field (the x86 ISA level the ELF says it needs; the index into the extension section of
+//! the used names, sorted), every name found in the string table. A loader before 2.33 ignores
+//! such entries (bullseye's would list them in `ldconfig -p`, its own ldconfig would not write
+//! them).
+//!
+//! Not modelled: legacy hwcap and platform subdirectories (`tls`, `haswell`, ...; skipped: the
+//! loader still finds those libraries through the main directory, and glibc 2.37 dropped them),
+//! the per-entry minimum kernel version that ldconfig before 2.36 records (we write 0, as 2.36+
+//! does), and removal of dangling `*.so.*` links (ldconfig deletes them; we leave them).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -34,17 +49,67 @@ pub const CONF_PATH: &str = "/etc/ld.so.conf";
 /// The generator string written into our caches.
 pub const GENERATOR: &str = concat!("nvinject-ldcache ", env!("CARGO_PKG_VERSION"));
 
-/// The directories ldconfig always scans after its configuration (Debian's glibc: `SLIBDIR`,
-/// `LIBDIR`, then `/lib` and `/usr/lib`).
+/// The directories ldconfig always scans after its configuration, for a Debian-family glibc
+/// (multiarch: `SLIBDIR` and `LIBDIR` are `/lib/<triple>` and `/usr/lib/<triple>`, and Debian's
+/// ldconfig adds `/lib` and `/usr/lib` after them).
 #[cfg(target_arch = "x86_64")]
 pub const SYSTEM_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"];
-/// The directories ldconfig always scans after its configuration.
+/// The directories ldconfig always scans after its configuration (Debian family).
 #[cfg(target_arch = "aarch64")]
 pub const SYSTEM_DIRS: &[&str] =
     &["/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"];
-/// The directories ldconfig always scans after its configuration.
+/// The directories ldconfig always scans after its configuration (Debian family).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const SYSTEM_DIRS: &[&str] = &["/lib", "/usr/lib"];
+
+/// The same for an upstream-configured 64-bit glibc (Fedora, RHEL and their rebuilds, openSUSE,
+/// Arch's `lib64` links): `SLIBDIR=/lib64`, `LIBDIR=/usr/lib64`, each expanded by the
+/// architecture's `add_system_dir` (glibc `sysdeps/unix/sysv/linux/<arch>/dl-cache.h`), which
+/// scans `.../lib` and then every multilib sibling of it.
+#[cfg(target_arch = "x86_64")]
+pub const LIB64_SYSTEM_DIRS: &[&str] =
+    &["/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32"];
+/// The same for an upstream-configured 64-bit glibc (aarch64: `lib64` and `libilp32` siblings).
+#[cfg(target_arch = "aarch64")]
+pub const LIB64_SYSTEM_DIRS: &[&str] =
+    &["/lib", "/lib64", "/libilp32", "/usr/lib", "/usr/lib64", "/usr/libilp32"];
+/// The same for an upstream-configured 64-bit glibc (no multilib expansion known here).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const LIB64_SYSTEM_DIRS: &[&str] = &["/lib64", "/usr/lib64"];
+
+/// How the root's glibc was configured, which decides its ldconfig's builtin directories. The
+/// ldconfig that would run is the image's own, so the layout is read from where the image's C
+/// library is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Debian, Ubuntu and derivatives: [`SYSTEM_DIRS`].
+    Multiarch,
+    /// Fedora, RHEL, SUSE and upstream defaults: [`LIB64_SYSTEM_DIRS`].
+    Lib64,
+}
+
+impl Layout {
+    /// The builtin directories, in ldconfig's order.
+    pub fn system_dirs(self) -> &'static [&'static str] {
+        match self {
+            Layout::Multiarch => SYSTEM_DIRS,
+            Layout::Lib64 => LIB64_SYSTEM_DIRS,
+        }
+    }
+
+    /// The layout of `root`: multiarch when `libc.so.6` is in a multiarch directory (or nowhere
+    /// known: the default), `lib64` when it is only in `/lib64` or `/usr/lib64`. A Debian tree has
+    /// `/lib64` too, holding only the loader's link, so the multiarch check comes first.
+    pub fn detect(root: &Root) -> Layout {
+        let has_libc = |dir: &str| root.metadata(Path::new(&join(dir, "libc.so.6"))).ok().flatten().is_some();
+        let multiarch = SYSTEM_DIRS.iter().filter(|d| d.matches('/').count() > 1).any(|d| has_libc(d));
+        if !multiarch && ["/lib64", "/usr/lib64"].iter().any(|d| has_libc(d)) {
+            Layout::Lib64
+        } else {
+            Layout::Multiarch
+        }
+    }
+}
 
 /// Limits against hostile images (far above any distribution's).
 pub const MAX_DIRS: usize = 1024;
@@ -125,12 +190,18 @@ struct Dlib {
     soname: String,
     flag: i32,
     is_link: bool,
+    isa_level: u32,
 }
 
 struct Dir {
     path: String,
     flag: i32,
+    /// For `<dir>/glibc-hwcaps/<name>`: `name`.
+    hwcaps: Option<String>,
 }
+
+/// The subdirectory the loader looks in for libraries built for a newer ISA level (glibc 2.33+).
+const GLIBC_HWCAPS: &str = "glibc-hwcaps";
 
 /// Whether ldconfig looks at a directory entry of this name at all.
 fn looks_like_dso(name: &[u8]) -> bool {
@@ -174,12 +245,16 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
     let mut reader = conf::ConfReader::new(root);
     reader.read(Path::new(CONF_PATH), 0)?;
     lines.append(&mut reader.dirs);
-    lines.extend(SYSTEM_DIRS.iter().map(|d| conf::dir_line(d)));
+    let layout = Layout::detect(root);
+    tracing::debug!(?layout, "builtin library directories");
+    lines.extend(layout.system_dirs().iter().map(|d| conf::dir_line(d)));
 
     // add_dir_1 / add_single_dir: existing paths only, one per (dev, inode), first name kept,
     // the later line's type flag winning.
     let mut dirs: Vec<Dir> = Vec::new();
     let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    // Every glibc-hwcaps subdirectory name found: ldconfig puts each in the string table.
+    let mut hwcaps_seen: BTreeSet<String> = BTreeSet::new();
     for line in lines {
         if !line.path.starts_with('/') {
             tracing::warn!(dir = %line.path, "relative ld.so.conf directory ignored");
@@ -193,15 +268,9 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
                 continue;
             }
         };
-        match seen.get(&(meta.dev(), meta.ino())) {
-            Some(&i) => dirs[i].flag = line.flag,
-            None => {
-                if dirs.len() >= MAX_DIRS {
-                    return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
-                }
-                seen.insert((meta.dev(), meta.ino()), dirs.len());
-                dirs.push(Dir { path: line.path, flag: line.flag });
-            }
+        let dir = Dir { path: line.path, flag: line.flag, hwcaps: None };
+        if add_single_dir(&mut dirs, &mut seen, dir, (meta.dev(), meta.ino()))? {
+            add_hwcaps_subdirs(root, &mut dirs, &mut seen, &mut hwcaps_seen)?;
         }
     }
 
@@ -213,16 +282,92 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
             return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
         }
     }
+    // The hwcaps section lists the subdirectory names that hold a library, sorted; an entry's hwcap
+    // field is the extension bit, the library's ISA level and its name's index there.
+    let mut used: Vec<String> = entries.iter().filter_map(|(_, h)| h.clone()).collect();
+    used.sort();
+    used.dedup();
+    let mut entries: Vec<Entry> = entries
+        .into_iter()
+        .map(|(mut e, h)| {
+            if let Some(h) = h {
+                let index = used.binary_search(&h).expect("every used name is listed") as u64;
+                e.hwcap |= format::HWCAP_EXTENSION | index;
+            }
+            e
+        })
+        .collect();
     format::sort_entries(&mut entries);
-    let cache = format::encode(&entries, GENERATOR)?;
+    let hwcaps_seen: Vec<&str> = hwcaps_seen.iter().map(String::as_str).collect();
+    let used: Vec<&str> = used.iter().map(String::as_str).collect();
+    let cache = format::encode_with_hwcaps(&entries, GENERATOR, &hwcaps_seen, &used)?;
     Ok(Update { cache, links })
 }
 
-/// ldconfig's `search_dir` for one directory (no subdirectories).
+/// ldconfig's `add_single_dir`: adds `dir` unless its (device, inode) is listed already, in which
+/// case the listed one takes its flag. True when added.
+fn add_single_dir(
+    dirs: &mut Vec<Dir>,
+    seen: &mut HashMap<(u64, u64), usize>,
+    dir: Dir,
+    id: (u64, u64),
+) -> Result<bool, LdCacheError> {
+    if let Some(&i) = seen.get(&id) {
+        dirs[i].flag = dir.flag;
+        return Ok(false);
+    }
+    if dirs.len() >= MAX_DIRS {
+        return Err(LdCacheError::TooMany { what: "library directories", limit: MAX_DIRS });
+    }
+    seen.insert(id, dirs.len());
+    dirs.push(dir);
+    Ok(true)
+}
+
+/// ldconfig's `add_glibc_hwcaps_subdirectories` for the directory just added: each directory
+/// (or link to one) in `<dir>/glibc-hwcaps` that is not hidden and has no `:` in its name,
+/// right after its parent, under the parent's name as configured.
+fn add_hwcaps_subdirs(
+    root: &Root,
+    dirs: &mut Vec<Dir>,
+    seen: &mut HashMap<(u64, u64), usize>,
+    hwcaps_seen: &mut BTreeSet<String>,
+) -> Result<(), LdCacheError> {
+    let parent = dirs.last().expect("a directory was just added");
+    let (parent_path, flag) = (parent.path.clone(), parent.flag);
+    let base = join(&parent_path, GLIBC_HWCAPS);
+    let Ok(listing) = root.read_dir(Path::new(&base)) else { return Ok(()) };
+    if listing.len() > MAX_DIR_ENTRIES {
+        return Err(LdCacheError::TooMany {
+            what: "entries in one library directory",
+            limit: MAX_DIR_ENTRIES,
+        });
+    }
+    for (name, ty) in listing {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || name.contains(':') || ty == EntryType::File {
+            continue;
+        }
+        let path = join(&base, name);
+        let Ok(Some(meta)) = root.metadata(Path::new(&path)) else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        if hwcaps_seen.insert(name.to_owned()) && hwcaps_seen.len() > MAX_DIRS {
+            return Err(LdCacheError::TooMany { what: "glibc-hwcaps subdirectory names", limit: MAX_DIRS });
+        }
+        let dir = Dir { path, flag, hwcaps: Some(name.to_owned()) };
+        add_single_dir(dirs, seen, dir, (meta.dev(), meta.ino()))?;
+    }
+    Ok(())
+}
+
+/// ldconfig's `search_dir` for one directory (no legacy hwcap subdirectories). Entries of a
+/// glibc-hwcaps subdirectory come with its name.
 fn search_dir(
     root: &Root,
     dir: &Dir,
-    entries: &mut Vec<Entry>,
+    entries: &mut Vec<(Entry, Option<String>)>,
     links: &mut Vec<Link>,
 ) -> Result<(), LdCacheError> {
     let listing = match root.read_dir_at_most(Path::new(&dir.path), MAX_DIR_ENTRIES) {
@@ -293,27 +438,33 @@ fn search_dir(
                     // The first one's flag stays, as in ldconfig.
                     old.name = name;
                     old.is_link = is_link;
+                    old.isa_level = lib.isa_level;
                 }
             }
             None => {
                 by_soname.insert(soname.clone(), dlibs.len());
-                dlibs.push(Dlib { name, soname, flag, is_link });
+                dlibs.push(Dlib { name, soname, flag, is_link, isa_level: lib.isa_level });
             }
         }
     }
     // ldconfig keeps its list newest-first.
     for d in dlibs.into_iter().rev() {
-        if !d.is_link
-            && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
-        {
-            links.push(link);
-        }
-        entries.push(Entry {
-            key: d.soname.clone(),
-            path: join(&dir.path, &d.soname),
-            flags: d.flag,
-            hwcap: 0,
-        });
+        // In a glibc-hwcaps subdirectory ldconfig makes no links and lists the file itself.
+        let file = if dir.hwcaps.is_some() {
+            &d.name
+        } else {
+            if !d.is_link
+                && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
+            {
+                links.push(link);
+            }
+            &d.soname
+        };
+        // The ISA level goes into bits 32.. of a glibc-hwcaps entry's hwcap (the index is added
+        // once every subdirectory is known).
+        let hwcap = if dir.hwcaps.is_some() { u64::from(d.isa_level) << 32 } else { 0 };
+        let entry = Entry { key: d.soname.clone(), path: join(&dir.path, file), flags: d.flag, hwcap };
+        entries.push((entry, dir.hwcaps.clone()));
     }
     Ok(())
 }
@@ -389,6 +540,53 @@ mod tests {
         let u = plan_at(r, &[]).unwrap();
         assert_eq!(keys(&u), ["libfoo.so.1 /usr/lib/libfoo.so.1", "libbar.so /usr/lib/libbar.so"]);
         assert_eq!(u.links, [Link { path: "/usr/lib/libfoo.so.1".into(), target: "libfoo.so.1.2.3".into() }]);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn an_rpm_layout_gets_lib64_builtin_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        // Fedora: merged /usr, /lib and /lib64 links into it, no ld.so.conf lines for either.
+        symlink("usr/lib", r.join("lib")).unwrap();
+        symlink("usr/lib64", r.join("lib64")).unwrap();
+        put(r, "/usr/lib64/libc.so.6", &so("libc.so.6"));
+        put(r, "/usr/lib64/libz.so.1.2.13", &so("libz.so.1"));
+        put(r, "/usr/lib/libold32.so.1", &so("libold32.so.1"));
+        put(r, "/usr/libx32/libx.so.1", &so("libx.so.1"));
+        put(r, "/usr/lib/x86_64-linux-gnu/libnot.so.1", &so("libnot.so.1"));
+        put(r, "/etc/ld.so.conf", b"include ld.so.conf.d/*.conf\n");
+        assert_eq!(Layout::detect(&Root::open(r).unwrap()), Layout::Lib64);
+        let u = plan_at(r, &[]).unwrap();
+        // Each directory under the first of its names in /lib, /lib64, /libx32, /usr/lib, ...
+        assert_eq!(
+            keys(&u),
+            [
+                "libz.so.1 /lib64/libz.so.1",
+                "libx.so.1 /usr/libx32/libx.so.1",
+                "libold32.so.1 /lib/libold32.so.1",
+                "libc.so.6 /lib64/libc.so.6"
+            ]
+        );
+        assert_eq!(u.links, [Link { path: "/lib64/libz.so.1".into(), target: "libz.so.1.2.13".into() }]);
+
+        // A Debian tree has /lib64 too, for the loader's link only: it stays multiarch.
+        let d = tmp.path().join("debian");
+        put(&d, "/usr/lib/x86_64-linux-gnu/libc.so.6", &so("libc.so.6"));
+        put(&d, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &so("ld-linux-x86-64.so.2"));
+        symlink("usr/lib", d.join("lib")).unwrap();
+        fs::create_dir_all(d.join("lib64")).unwrap();
+        symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", d.join("lib64/ld-linux-x86-64.so.2")).unwrap();
+        // Even with a libc.so.6 in /lib64 as well (multiarch decides).
+        put(&d, "/lib64/libc.so.6", &so("libc.so.6"));
+        assert_eq!(Layout::detect(&Root::open(&d).unwrap()), Layout::Multiarch);
+        let u = plan_at(&d, &[]).unwrap();
+        assert!(keys(&u).iter().all(|k| !k.contains("/lib64/")), "{:?}", keys(&u));
+
+        // Nothing to tell by: multiarch, as before.
+        let e = tmp.path().join("empty");
+        fs::create_dir_all(&e).unwrap();
+        assert_eq!(Layout::detect(&Root::open(&e).unwrap()), Layout::Multiarch);
     }
 
     #[test]
