@@ -25,8 +25,8 @@ fn validate_refuses_hostile_specs_naming_the_file_and_the_limit() {
         let file = dir.path().join(name);
         std::fs::write(&file, text).unwrap();
         let out = Command::new(CDI).arg("validate").arg(&file).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name} accepted");
-        assert!(stderr.contains(&file.display().to_string()) && stderr.contains(needle), "{name}: {stderr}");
+        assert!(said.contains(&file.display().to_string()) && said.contains(needle), "{name}: {said}");
     }
 }

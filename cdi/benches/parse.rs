@@ -128,8 +128,8 @@ fn main() {
             out = Some(Command::new(&cli).arg("validate").arg(&file).output().expect("run CLI"))
         });
         let out = out.expect("ran");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        let first = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
         println!("{label:<38} {:>9.3} ms  exit {}  {first}", ms(d), out.status.code().unwrap_or(-1));
     }
 }
