@@ -336,7 +336,7 @@ mod tests {
         assert!(
             text.starts_with("/etc/cdi/x.yaml: field `devices[0].containerEdits.deviceNodes[0].major`: ")
         );
-        assert!(text.contains("i64"), "{text}");
+        assert!(text.contains("invalid type: expected an integer (i64)"), "{text}");
 
         let json = br#"{"cdiVersion":"0.6.0","kind":"a.b/c","devices":[{"name":"x","containerEdit":{}}]}"#;
         let err = parse(json, Format::Json, Path::new("x.json")).unwrap_err();

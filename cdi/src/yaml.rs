@@ -109,6 +109,9 @@ impl YamlLimits {
                 // The scanner reports deep flow nesting (`[[[[`) as its recursion limit.
                 if text.contains("recursion limit exceeded") {
                     nesting()
+                } else if let Some(kind) = text.strip_prefix("invalid ").and_then(scalar_kind) {
+                    // The library says only `invalid i64`: say what was expected.
+                    format!("invalid type: expected {kind} ({})", &text["invalid ".len()..])
                 } else if let Some(rest) = text.strip_prefix("expected mapping start") {
                     format!("expected a mapping (`key: value` entries) here{rest}")
                 } else {
@@ -116,6 +119,16 @@ impl YamlLimits {
                 }
             }
         }
+    }
+}
+
+/// `an integer` for `i64`, and so on: the words for a Rust scalar type the library names.
+fn scalar_kind(ty: &str) -> Option<&'static str> {
+    match ty {
+        "i8" | "i16" | "i32" | "i64" | "i128" | "u8" | "u16" | "u32" | "u64" | "u128" => Some("an integer"),
+        "f32" | "f64" => Some("a number"),
+        "bool" => Some("true or false"),
+        _ => None,
     }
 }
 
