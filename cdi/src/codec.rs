@@ -4,7 +4,7 @@
 //! line, so a user can fix a hand-edited spec without guessing. Writing is deterministic: the same
 //! [`Spec`] value always gives the same bytes.
 //!
-//! YAML is written by a small emitter of our own rather than `serde_yaml`'s, because a spec is read
+//! YAML is written by a small emitter of our own rather than a library's, because a spec is read
 //! by YAML 1.1 parsers too (Go's `sigs.k8s.io/yaml`, which containerd uses): there, plain `yes`,
 //! `on` or `1_000` are not strings. The emitter quotes every string a YAML 1.1 or 1.2 parser could
 //! read as anything else, and every string starting with a digit (`"0"`, `"0:1"`, `"0.6.0"`).
@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::spec::Spec;
+use crate::yaml::YamlLimits;
 
 /// A spec file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,82 +68,40 @@ pub struct ParseError {
 /// The largest spec file we parse. Our generated specs are tens of KB (a 64-GPU node stays under
 /// 1 MiB); anything bigger is refused before parsing so one file cannot stall every container start.
 pub const MAX_SPEC_BYTES: usize = 4 * 1024 * 1024;
-/// The deepest nesting (flow brackets or block indentation levels) a spec may use; a CDI spec needs
-/// about 8. Checked by a linear pre-scan, so a deeply nested file costs one pass over its bytes.
+/// The deepest nesting (sequences and mappings, flow or block) a YAML spec may use; a CDI spec
+/// needs about 8. Enforced by the YAML parser's budget as it reads, so a deeply nested file stops
+/// at the 65th level; JSON is held to serde_json's own limit of 128.
 pub const MAX_NESTING: usize = 64;
-/// YAML aliases (`*name`) a spec may use. CDI specs have no need for them; a few are tolerated,
-/// many are how an alias bomb ("billion laughs") multiplies a small file into gigabytes.
+/// YAML aliases (`*name`) and anchors a spec may use. CDI specs have no need for them; a few are
+/// tolerated, many are how an alias bomb ("billion laughs") multiplies a small file into gigabytes.
 pub const MAX_ALIASES: usize = 16;
+/// YAML nodes (scalars, sequences, mappings, aliases replayed) in one spec. Generated specs use
+/// about 9 bytes a node (a 400 KB spec has 44k nodes), so a full 4 MiB spec fits; the cap bounds
+/// what a file of one-character nodes can make us build.
+pub const MAX_NODES: usize = MAX_SPEC_BYTES / 8;
 
-/// Refuses text over the size, nesting or alias limits, in one linear pass without parsing it.
-/// Approximate by design (brackets inside quoted strings count too): it only has to keep the
-/// real parser away from hostile input; valid specs are far below every limit.
-fn check_limits(bytes: &[u8], format: Format, path: &Path) -> Result<(), ParseError> {
-    let refuse = |message: String| {
-        Err(ParseError { path: path.to_owned(), field: String::new(), message, line: None })
-    };
-    if bytes.len() > MAX_SPEC_BYTES {
-        return refuse(format!(
-            "spec is {} bytes, over the {MAX_SPEC_BYTES}-byte limit for CDI specs: split it or remove it",
-            bytes.len()
-        ));
+fn refuse_size(len: usize, path: &Path) -> Result<(), ParseError> {
+    if len <= MAX_SPEC_BYTES {
+        return Ok(());
     }
-    let (mut depth, mut aliases, mut in_string) = (0usize, 0usize, false);
-    let mut line = 1usize;
-    let mut prev = 0u8;
-    for &b in bytes {
-        if in_string {
-            // Only JSON-style double quotes are tracked; escapes end nothing.
-            if b == b'"' && prev != b'\\' {
-                in_string = false;
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b'[' | b'{' => depth += 1,
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                b'*' if format == Format::Yaml && matches!(prev, b' ' | b'[' | b'{' | b',' | b'\n') => {
-                    aliases += 1
-                }
-                _ => {}
-            }
-        }
-        if b == b'\n' {
-            line += 1;
-        }
-        if depth > MAX_NESTING {
-            return Err(ParseError {
-                path: path.to_owned(),
-                field: String::new(),
-                message: format!("nesting deeper than {MAX_NESTING} levels: not a CDI spec"),
-                line: Some(line),
-            });
-        }
-        prev = if in_string && b == b'\\' && prev == b'\\' { 0 } else { b };
-    }
-    if format == Format::Yaml {
-        // Block nesting: one level per two columns of indentation is the most any writer uses.
-        let max_indent = bytes
-            .split(|&b| b == b'\n')
-            .enumerate()
-            .map(|(n, l)| (n, l.iter().take_while(|&&b| b == b' ' || b == b'-').count()))
-            .find(|(_, indent)| *indent > 2 * MAX_NESTING);
-        if let Some((n, _)) = max_indent {
-            return Err(ParseError {
-                path: path.to_owned(),
-                field: String::new(),
-                message: format!("indentation deeper than {MAX_NESTING} levels: not a CDI spec"),
-                line: Some(n + 1),
-            });
-        }
-        if aliases > MAX_ALIASES {
-            return refuse(format!(
-                "{aliases} YAML aliases, over the limit of {MAX_ALIASES}: CDI specs need none (alias bomb?)"
-            ));
-        }
-    }
-    Ok(())
+    Err(ParseError {
+        path: path.to_owned(),
+        field: String::new(),
+        message: format!(
+            "spec is {len} bytes, over the {MAX_SPEC_BYTES}-byte limit for CDI specs: split it or remove it"
+        ),
+        line: None,
+    })
 }
+
+/// The limits a YAML spec is read under.
+pub const YAML_LIMITS: YamlLimits = YamlLimits {
+    bytes: MAX_SPEC_BYTES,
+    nesting: MAX_NESTING,
+    aliases: MAX_ALIASES,
+    nodes: MAX_NODES,
+    what: "a CDI spec",
+};
 
 /// Reads at most [`MAX_SPEC_BYTES`] + 1 bytes of `path`, so a huge file (or `/dev/zero` behind a
 /// symlink) costs a bounded read; [`parse`] then refuses it by size.
@@ -154,9 +113,10 @@ pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Parses spec text. Checks structure and types only; see [`crate::validate::validate`] for the rules.
-/// Text over [`MAX_SPEC_BYTES`], [`MAX_NESTING`] or [`MAX_ALIASES`] is refused unparsed.
+/// Text over [`MAX_SPEC_BYTES`] is refused unparsed; YAML over [`MAX_NESTING`], [`MAX_ALIASES`] or
+/// [`MAX_NODES`] is refused where the parser meets the breach.
 pub fn parse(bytes: &[u8], format: Format, path: &Path) -> Result<Spec, ParseError> {
-    check_limits(bytes, format, path)?;
+    refuse_size(bytes.len(), path)?;
     match format {
         Format::Json => {
             let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -166,13 +126,12 @@ pub fn parse(bytes: &[u8], format: Format, path: &Path) -> Result<Spec, ParseErr
             de.end().map_err(|e| parse_error(path, String::new(), e.to_string(), Some(e.line())))?;
             Ok(spec)
         }
-        Format::Yaml => {
-            let de = serde_yaml::Deserializer::from_slice(bytes);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let line = e.inner().location().map(|l| l.line());
-                parse_error(path, e.path().to_string(), e.inner().to_string(), line)
-            })
-        }
+        Format::Yaml => crate::yaml::from_yaml(bytes, &YAML_LIMITS).map_err(|e| ParseError {
+            path: path.to_owned(),
+            field: e.field,
+            message: e.message,
+            line: e.line,
+        }),
     }
 }
 
@@ -182,11 +141,6 @@ fn parse_error(path: &Path, field: String, message: String, line: Option<usize>)
     let message = match message.find(" at line ") {
         Some(i) => message[..i].to_owned(),
         None => message,
-    };
-    // serde_yaml prefixes the path it knows; ours is more complete.
-    let message = match message.split_once(": ") {
-        Some((prefix, rest)) if !field.is_empty() && field.starts_with(prefix) => rest.to_owned(),
-        _ => message,
     };
     ParseError { path: path.to_owned(), field, message, line: line.filter(|l| *l > 0) }
 }
@@ -382,7 +336,7 @@ mod tests {
         assert!(
             text.starts_with("/etc/cdi/x.yaml: field `devices[0].containerEdits.deviceNodes[0].major`: ")
         );
-        assert!(text.contains("invalid type"), "{text}");
+        assert!(text.contains("invalid type: expected an integer (i64)"), "{text}");
 
         let json = br#"{"cdiVersion":"0.6.0","kind":"a.b/c","devices":[{"name":"x","containerEdit":{}}]}"#;
         let err = parse(json, Format::Json, Path::new("x.json")).unwrap_err();
@@ -396,38 +350,56 @@ mod tests {
     }
 
     #[test]
-    fn hostile_text_is_refused_unparsed_with_the_file() {
+    fn hostile_text_is_refused_by_the_parser_limits_with_the_file() {
         let deep_flow =
             format!("kind: nvidia.com/gpu\ndevices: {}{}\n", "[".repeat(200_000), "]".repeat(200_000));
-        let deep_block: String =
-            (0..100).map(|i| format!("{}k{i}:\n", " ".repeat(2 * i))).collect::<String>() + "kind: a.b/c\n";
-        let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n".to_owned()
-            + &(b'b'..=b'z')
-                .map(|c| {
-                    format!(
-                        "{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n",
-                        c as char,
-                        c as char,
-                        p = (c - 1) as char
-                    )
-                })
-                .collect::<String>();
+        let deep_map = format!("kind: a.b/c\ndevices:\n- containerEdits: {}\n", "{a: ".repeat(100_000));
+        let deep_block: String = "cdiVersion: 0.6.0\nkind: a.b/c\ncontainerEdits:\n".to_owned()
+            + &(0..100).map(|i| format!("{}k{i}:\n", " ".repeat(2 * (i + 1)))).collect::<String>();
+        let deep_dashes = format!("kind: a.b/c\ndevices:\n{}x\n", "- ".repeat(100_000));
+        // Typed fields refuse nested lists, so the bomb CDI admits is a long string aliased: one
+        // 64 KB string aliased 100 times is 6.4 MB of text from a 65 KB file.
+        let scalar_bomb = format!(
+            "cdiVersion: 0.6.0\nkind: a.b/c\ncontainerEdits:\n  env: [&s \"{}\"{}]\ndevices: []\n",
+            "A".repeat(65_536),
+            ", *s".repeat(100)
+        );
+        let many_anchors = "cdiVersion: 0.6.0\nkind: a.b/c\ncontainerEdits:\n  env: [".to_owned()
+            + &(0..40).map(|i| format!("&a{i} x{i}, ")).collect::<String>()
+            + "]\ndevices: []\n";
+        let two_docs = "cdiVersion: 0.6.0\nkind: a.b/c\ndevices: []\n---\nkind: a.b/d\n";
         let huge = "#".repeat(MAX_SPEC_BYTES + 1);
         for (text, format, needle) in [
             (deep_flow.as_str(), Format::Yaml, "nesting deeper than 64"),
-            (deep_flow.as_str(), Format::Json, "nesting deeper than 64"),
-            (deep_block.as_str(), Format::Yaml, "indentation deeper than 64"),
-            (bomb.as_str(), Format::Yaml, "YAML aliases"),
+            // Typed fields stop a deep mapping at its first unknown key.
+            (deep_map.as_str(), Format::Yaml, "unknown field `a`"),
+            (deep_block.as_str(), Format::Yaml, "unknown field `k0`"),
+            (deep_dashes.as_str(), Format::Yaml, "expected a mapping"),
+            (scalar_bomb.as_str(), Format::Yaml, "YAML aliases"),
+            (many_anchors.as_str(), Format::Yaml, "YAML aliases or anchors"),
+            (two_docs, Format::Yaml, "document"),
             (huge.as_str(), Format::Yaml, "byte limit"),
+            (huge.as_str(), Format::Json, "byte limit"),
         ] {
             let err = parse(text.as_bytes(), format, Path::new("/etc/cdi/evil.yaml")).unwrap_err();
             let shown = err.to_string();
             assert!(shown.starts_with("/etc/cdi/evil.yaml: ") && shown.contains(needle), "{shown}");
         }
+        // Under the byte cap, a flood of one-character nodes meets the node budget.
+        let flood = format!(
+            "cdiVersion: 0.6.0\nkind: a.b/c\ncontainerEdits:\n  env: [{}a]\n",
+            "a,".repeat(MAX_NODES + 10)
+        );
+        let shown = parse(flood.as_bytes(), Format::Yaml, Path::new("f.yaml")).unwrap_err().to_string();
+        assert!(shown.contains("YAML nodes") && shown.contains("containerEdits.env"), "{shown}");
+        // JSON nesting stops at serde_json's own recursion limit.
+        let deep_json = format!("{{\"kind\": {}", "[".repeat(200_000));
+        let shown = parse(deep_json.as_bytes(), Format::Json, Path::new("j.json")).unwrap_err().to_string();
+        assert!(shown.starts_with("j.json: field `kind`: "), "{shown}");
         // Brackets inside strings and a few aliases are not nesting or bombs.
-        let ok =
-            "cdiVersion: 0.5.0\nkind: a.b/c\ndevices:\n- name: x\n  containerEdits:\n    env: [\"A=[[[[\"]\n";
-        assert!(parse(ok.as_bytes(), Format::Yaml, Path::new("ok.yaml")).is_ok());
+        let ok = "cdiVersion: 0.5.0\nkind: a.b/c\ndevices:\n- name: x\n  containerEdits:\n    env: [&e \"A=[[[[\", *e]\n";
+        let spec = parse(ok.as_bytes(), Format::Yaml, Path::new("ok.yaml")).unwrap();
+        assert_eq!(spec.devices[0].container_edits.env, ["A=[[[[", "A=[[[["]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod registry;
 pub mod spec;
 pub mod validate;
 pub mod version;
+pub mod yaml;
 
 pub use codec::{Format, ParseError};
 pub use load::{SpecError, load_file, parse_and_validate};

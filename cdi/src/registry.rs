@@ -513,7 +513,7 @@ mod tests {
         fs::write(dir.path().join("d-evil.yaml"), deep.replace("example.com/x", "nvidia.com/gpu")).unwrap();
         let reg = Registry::scan(&[dir.path()]);
         let err = reg.resolve(&q("nvidia.com/gpu=1")).unwrap_err().to_string();
-        assert!(err.contains("d-evil.yaml: nesting deeper than 64"), "{err}");
+        assert!(err.contains("d-evil.yaml: field `devices`: nesting deeper than 64"), "{err}");
     }
 
     #[test]

@@ -350,7 +350,7 @@ fn yaml<T: serde::Serialize>(docs: &[T]) -> Result<String> {
         if i > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml::to_string(doc).map_err(|e| Error::Manifest(e.to_string()))?);
+        out.push_str(&serde_saphyr::to_string(doc).map_err(|e| Error::Manifest(e.to_string()))?);
     }
     Ok(out)
 }

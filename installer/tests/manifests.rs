@@ -47,8 +47,8 @@ fn committed_deploy_base_equals_the_rendered_manifests() {
 fn every_document_is_a_kubernetes_object_with_the_expected_kinds() {
     let mut kinds = Vec::new();
     for f in render(&ManifestArgs::default()).unwrap() {
-        for doc in serde_yaml::Deserializer::from_str(&f.content) {
-            let value = serde_yaml::Value::deserialize(doc).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&f.content).unwrap();
+        for value in docs {
             let kind = value["kind"].as_str().unwrap().to_owned();
             assert!(value["apiVersion"].as_str().is_some(), "{}: no apiVersion", f.name);
             kinds.push(kind);
@@ -69,8 +69,6 @@ fn every_document_is_a_kubernetes_object_with_the_expected_kinds() {
         ]
     );
 }
-
-use serde::Deserialize;
 
 #[test]
 fn the_device_plugin_accepts_its_config_map() {

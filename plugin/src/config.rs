@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use nvinject_cdi::yaml::{YamlLimits, from_yaml};
 use serde::{Deserialize, Serialize};
 
 /// The only config file version there is.
@@ -227,7 +228,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub flags: FileFlags,
     /// NVIDIA's resource renaming patterns; NVIDIA ignores them too.
-    pub resources: Option<serde_yaml::Value>,
+    pub resources: Option<serde_json::Value>,
     /// Time-slicing (and MPS, which is refused).
     #[serde(default)]
     pub sharing: FileSharing,
@@ -235,7 +236,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub health: FileHealth,
     /// IMEX channels: accepted and ignored.
-    pub imex: Option<serde_yaml::Value>,
+    pub imex: Option<serde_json::Value>,
 }
 
 /// `flags:`
@@ -255,11 +256,11 @@ pub struct FileFlags {
     /// MOFED: only `false` is accepted.
     pub mofed_enabled: Option<bool>,
     /// Accepted and ignored (NVIDIA: restart the plugin on an unhealthy device).
-    pub restart_on_device_unhealthy: Option<serde_yaml::Value>,
+    pub restart_on_device_unhealthy: Option<serde_json::Value>,
     /// Accepted and ignored (NVIDIA: device discovery strategy, always NVML here).
-    pub device_discovery_strategy: Option<serde_yaml::Value>,
+    pub device_discovery_strategy: Option<serde_json::Value>,
     /// Accepted and ignored (GPU feature discovery settings; labels come from `featuresFile`).
-    pub gfd: Option<serde_yaml::Value>,
+    pub gfd: Option<serde_json::Value>,
     /// Plugin settings.
     #[serde(default)]
     pub plugin: FilePluginFlags,
@@ -280,12 +281,12 @@ pub struct FilePluginFlags {
     pub cdi_annotation_prefix: Option<String>,
     /// Accepted and ignored: nvinject's CDI spec comes from `nvinject-cdi`.
     #[serde(rename = "nvidiaCTKPath")]
-    pub nvidia_ctk_path: Option<serde_yaml::Value>,
+    pub nvidia_ctk_path: Option<serde_json::Value>,
     /// Accepted and ignored.
     #[serde(rename = "nvidiaCDIHookPath")]
-    pub nvidia_cdi_hook_path: Option<serde_yaml::Value>,
+    pub nvidia_cdi_hook_path: Option<serde_json::Value>,
     /// Accepted and ignored.
-    pub container_driver_root: Option<serde_yaml::Value>,
+    pub container_driver_root: Option<serde_json::Value>,
     /// nvinject: the kubelet's registration socket; plugin sockets are created next to it.
     pub kubelet_socket: Option<PathBuf>,
     /// nvinject: path of `libnvidia-ml.so.1` (default: found under the driver root).
@@ -307,7 +308,7 @@ pub struct FileSharing {
     /// Time-slicing replicas.
     pub time_slicing: Option<FileTimeSlicing>,
     /// MPS: refused when it asks for replicas.
-    pub mps: Option<serde_yaml::Value>,
+    pub mps: Option<serde_json::Value>,
 }
 
 /// `sharing.timeSlicing:`
@@ -338,7 +339,7 @@ pub struct FileReplicaResource {
     /// Replicas per device, at least 1.
     pub replicas: i64,
     /// Which devices: only `all` is supported (as in NVIDIA's plugin today).
-    pub devices: Option<serde_yaml::Value>,
+    pub devices: Option<serde_json::Value>,
 }
 
 /// `health:`
@@ -596,69 +597,44 @@ pub struct ResolvedConfig {
 
 /// The largest config file read; NVIDIA-style configs are a few KB.
 pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
-/// The deepest nesting (flow brackets, or block indentation levels) a config may use.
+/// The deepest nesting (sequences and mappings, flow or block) a config may use.
 pub const MAX_CONFIG_NESTING: usize = 64;
-/// YAML aliases a config may use; more is how an alias bomb multiplies a small file.
+/// YAML aliases (and anchors) a config may use; more is how an alias bomb multiplies a small file.
 pub const MAX_CONFIG_ALIASES: usize = 64;
+/// YAML nodes in a config, aliases replayed: a few KB of config has a few hundred.
+pub const MAX_CONFIG_NODES: usize = MAX_CONFIG_BYTES / 8;
 
-/// One linear pass refusing text over the size, nesting or alias limits before the YAML parser
-/// sees it (its cost on hostile nesting or aliases is what the limits bound). Approximate: brackets
-/// inside double-quoted strings are skipped, other quoting is not needed to stay far under the caps.
-fn check_limits(text: &str, src: &str) -> Result<(), ConfigError> {
-    let refuse = |message: String| Err(ConfigError::field(src, "(document)", message));
-    if text.len() > MAX_CONFIG_BYTES {
-        return refuse(format!(
-            "{} bytes, over the {MAX_CONFIG_BYTES}-byte limit for a config file",
-            text.len()
-        ));
-    }
-    let (mut depth, mut aliases, mut in_string, mut prev) = (0usize, 0usize, false, b'\n');
-    for (n, line) in text.split('\n').enumerate() {
-        if line.bytes().take_while(|&b| b == b' ' || b == b'-').count() > 2 * MAX_CONFIG_NESTING {
-            return refuse(format!("line {}: indentation deeper than {MAX_CONFIG_NESTING} levels", n + 1));
-        }
-        for b in line.bytes().chain(std::iter::once(b'\n')) {
-            if in_string {
-                in_string = !(b == b'"' && prev != b'\\');
-                prev = if b == b'\\' && prev == b'\\' { 0 } else { b };
-                continue;
-            }
-            match b {
-                b'"' => in_string = true,
-                b'[' | b'{' => depth += 1,
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                b'*' if matches!(prev, b' ' | b'[' | b'{' | b',' | b'\n') => aliases += 1,
-                _ => {}
-            }
-            if depth > MAX_CONFIG_NESTING {
-                return refuse(format!("line {}: nesting deeper than {MAX_CONFIG_NESTING} levels", n + 1));
-            }
-            prev = b;
-        }
-    }
-    if aliases > MAX_CONFIG_ALIASES {
-        return refuse(format!(
-            "{aliases} YAML aliases, over the limit of {MAX_CONFIG_ALIASES} (alias bomb?)"
-        ));
-    }
-    Ok(())
-}
+/// The limits a config is read under. `resources`, `imex` and `flags.gfd` take any YAML, so for
+/// those the parser's budget, not the types, bounds what hostile text costs.
+const YAML_LIMITS: YamlLimits = YamlLimits {
+    bytes: MAX_CONFIG_BYTES,
+    nesting: MAX_CONFIG_NESTING,
+    aliases: MAX_CONFIG_ALIASES,
+    nodes: MAX_CONFIG_NODES,
+    what: "a device-plugin config",
+};
 
 /// Parses a config file's text (YAML or JSON). `origin` names the file in errors. Text over
-/// [`MAX_CONFIG_BYTES`], [`MAX_CONFIG_NESTING`] or [`MAX_CONFIG_ALIASES`] is refused unparsed.
+/// [`MAX_CONFIG_BYTES`] is refused unparsed; over [`MAX_CONFIG_NESTING`], [`MAX_CONFIG_ALIASES`]
+/// or [`MAX_CONFIG_NODES`] where the parser meets the breach.
 pub fn parse_file(text: &str, origin: &Path) -> Result<ConfigFile, ConfigError> {
     let src = origin.display().to_string();
     if text.trim().is_empty() {
         return Ok(ConfigFile::default());
     }
-    check_limits(text, &src)?;
-    let de = serde_yaml::Deserializer::from_str(text);
-    let file: ConfigFile = serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        let message = e.into_inner().to_string();
-        // serde_yaml repeats the path at the start of its message; say it once.
-        let message = message.strip_prefix(&format!("{field}: ")).map(str::to_owned).unwrap_or(message);
-        let field = if field == "." { "(document)".to_owned() } else { field };
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::field(
+            src,
+            "(document)",
+            format!("{} bytes, over the {MAX_CONFIG_BYTES}-byte limit for a config file", text.len()),
+        ));
+    }
+    let file: ConfigFile = from_yaml(text.as_bytes(), &YAML_LIMITS).map_err(|e| {
+        let message = match e.line {
+            Some(line) => format!("{} at line {line}", e.message),
+            None => e.message,
+        };
+        let field = if e.field.is_empty() { "(document)".to_owned() } else { e.field };
         ConfigError::field(src.clone(), field, message)
     })?;
     if let Some(v) = &file.version
@@ -921,7 +897,7 @@ fn resolve_time_slicing(ts: &FileTimeSlicing, origin: &str) -> Result<Option<Tim
         }
         match &r.devices {
             None => {}
-            Some(serde_yaml::Value::String(s)) if s == "all" => {}
+            Some(serde_json::Value::String(s)) if s == "all" => {}
             Some(_) => {
                 return Err(err(
                     at("devices"),
@@ -1081,32 +1057,63 @@ sharing:
     }
 
     #[test]
-    fn hostile_config_text_is_refused_unparsed_with_the_file() {
-        let deep = format!("version: v1\nflags: {}\n", "[".repeat(100_000));
-        let block: String = (0..80).map(|i| format!("{}k{i}:\n", " ".repeat(2 * i))).collect();
-        let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n".to_owned()
+    fn hostile_config_text_is_refused_by_the_parser_limits_with_the_file() {
+        // `resources`, `imex` and `flags.gfd` take any YAML, so only the parser's budget stops these.
+        let deep = format!("version: v1\nresources: {}\n", "[".repeat(100_000));
+        let deep_map = format!("imex: {}\n", "{a: ".repeat(100_000));
+        let block: String = "resources:\n".to_owned()
+            + &(0..80).map(|i| format!("{}k{i}:\n", " ".repeat(2 * (i + 1)))).collect::<String>();
+        let dashes = format!("flags:\n  gfd:\n    {}x\n", "- ".repeat(100_000));
+        let bomb = "resources:\n  a: &a [x,x,x,x,x,x,x,x,x]\n".to_owned()
             + &(b'b'..=b'z')
                 .map(|c| {
                     format!(
-                        "{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n",
+                        "  {}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n",
                         c as char,
                         c as char,
                         p = (c - 1) as char
                     )
                 })
                 .collect::<String>();
+        // 60 aliases (under the alias cap) of a 64 KB string: 3.8 MB of text from 65 KB.
+        let scalar_bomb =
+            format!("resources:\n  a: &s \"{}\"\n  b: [{}]\n", "A".repeat(65_536), "*s, ".repeat(60));
+        let flood = format!("resources: [{}a]\n", "a,".repeat(MAX_CONFIG_NODES + 10));
+        let two_docs = "version: v1\n---\nversion: v1\n";
         let huge = "#".repeat(MAX_CONFIG_BYTES + 1);
-        for (text, needle) in [
-            (deep.as_str(), "nesting deeper than 64"),
-            (block.as_str(), "indentation deeper than 64"),
-            (bomb.as_str(), "YAML aliases"),
-            (huge.as_str(), "byte limit"),
+        for (text, field, needle) in [
+            (deep.as_str(), "resources", "nesting deeper than 64"),
+            (deep_map.as_str(), "imex", "nesting deeper than 64"),
+            (block.as_str(), "resources", "nesting deeper than 64"),
+            (dashes.as_str(), "flags.gfd", "nesting deeper than 64"),
+            (bomb.as_str(), "resources", "YAML aliases"),
+            (scalar_bomb.as_str(), "resources", "byte limit once aliases are expanded"),
+            (flood.as_str(), "resources", "YAML nodes"),
+            (two_docs, "(document)", "one YAML document"),
+            (huge.as_str(), "(document)", "byte limit"),
         ] {
             let e = parse(text).unwrap_err().to_string();
-            assert!(e.starts_with("/etc/cfg.yaml: field `(document)`: ") && e.contains(needle), "{e}");
+            assert!(
+                e.starts_with(&format!("/etc/cfg.yaml: field `{field}")) && e.contains(needle),
+                "{e}\n{}",
+                &text[..text.len().min(200)]
+            );
         }
-        // Quoted brackets are not nesting.
-        parse("version: v1\nflags:\n  migStrategy: \"none\"\n# [[[[[\n").unwrap();
+        // Quoted brackets are not nesting; a few aliases are fine.
+        parse("version: v1\nflags:\n  migStrategy: \"none\"\n# [[[[[\nresources: [&a \"[[\", *a]\n").unwrap();
+    }
+
+    #[test]
+    fn an_empty_key_is_named_as_such() {
+        for text in ["? \n", "?\n", "version: v1\n? \n", "flags:\n  ? \n", "\"\": 1\n"] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("an empty key"), "{text:?}: {e}");
+            assert!(!e.contains("``"), "{text:?}: {e}");
+        }
+        let e = parse("? \n").unwrap_err().to_string();
+        assert!(e.starts_with("/etc/cfg.yaml: field `(document)`: an empty key at top level"), "{e}");
+        let e = parse("flags:\n  ? \n").unwrap_err().to_string();
+        assert!(e.starts_with("/etc/cfg.yaml: field `flags`: an empty key in `flags`"), "{e}");
     }
 
     #[test]
@@ -1194,8 +1201,9 @@ sharing:
             ("health:\n  recoveryPeriod: soon\n", "health.recoveryPeriod", "duration"),
             ("flags:\n  gdsEnabled: true\n", "flags.gdsEnabled", "not supported"),
             ("flags:\n  plugin:\n    metricsAddress: everywhere\n", "metricsAddress", "host:port"),
-            ("flags: [\n", "flags", "sequence"),
-            ("version: v1\nflags:\n  migStrategy: 'unterminated\n", "flags.migStrategy", "line 3"),
+            ("flags: [\n", "flags", "a mapping"),
+            // The scanner fails before the key is handed over: the path stops at its parent.
+            ("version: v1\nflags:\n  migStrategy: 'unterminated\n", "flags", "line 3"),
         ];
         for (text, field, needle) in cases {
             let e = resolve_text(text, &Overrides::default()).expect_err(text).to_string();
