@@ -76,9 +76,10 @@ pub const MAX_NESTING: usize = 64;
 /// tolerated, many are how an alias bomb ("billion laughs") multiplies a small file into gigabytes.
 pub const MAX_ALIASES: usize = 16;
 /// YAML nodes (scalars, sequences, mappings, aliases replayed) in one spec. Generated specs use
-/// about 9 bytes a node (a 400 KB spec has 44k nodes), so a full 4 MiB spec fits; the cap bounds
-/// what a file of one-character nodes can make us build.
-pub const MAX_NODES: usize = MAX_SPEC_BYTES / 8;
+/// about 9 bytes a node (an 8-GPU spec is 15 KB, about 1.6k nodes; a 400 KB spec has 44k), so
+/// 128k nodes is over 80 such nodes' worth; the cap bounds what a file of one-character nodes can
+/// make us build (parse cost grows with nodes, not bytes).
+pub const MAX_NODES: usize = 1 << 17;
 
 fn refuse_size(len: usize, path: &Path) -> Result<(), ParseError> {
     if len <= MAX_SPEC_BYTES {
@@ -105,10 +106,22 @@ pub const YAML_LIMITS: YamlLimits = YamlLimits {
 
 /// Reads at most [`MAX_SPEC_BYTES`] + 1 bytes of `path`, so a huge file (or `/dev/zero` behind a
 /// symlink) costs a bounded read; [`parse`] then refuses it by size.
+///
+/// Opened `O_NONBLOCK` and checked on the open file, so a file swapped for a FIFO or a device after
+/// a caller's stat is refused instead of blocking the reader.
 pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or socket is never read as a spec)",
+        ));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes)?;
+    file.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -275,6 +288,22 @@ fn plain_is_safe(s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::spec::{Device, Hook};
+
+    #[test]
+    fn read_bounded_refuses_a_fifo_without_blocking_and_caps_a_device() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("spec.yaml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_bounded(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let err = read_bounded(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let file = tmp.path().join("ok.yaml");
+        std::fs::write(&file, "kind: a.b/c\n").unwrap();
+        assert_eq!(read_bounded(&file).unwrap(), b"kind: a.b/c\n");
+    }
 
     fn sample() -> Spec {
         let mut spec = Spec {
