@@ -118,6 +118,9 @@ fn print_table(series: &[&Series], base: &Series) {
     }
 }
 
+/// Which hooks (by subcommand) a spec variant keeps.
+type KeepHook = fn(&str) -> bool;
+
 /// A copy of the spec under kind `kind`, keeping only the hooks `keep` accepts (by subcommand:
 /// the hook's second argument, `create-symlinks` or `update-ldcache`).
 fn spec_variant(spec: &Value, kind: &str, keep: impl Fn(&str) -> bool) -> Value {
@@ -237,7 +240,7 @@ fn main() {
         .map(|h| h["args"].get(1).and_then(Value::as_str).unwrap_or("?").to_owned())
         .collect();
     println!("\nthe spec's hooks: {}", if hooks.is_empty() { "none".to_owned() } else { hooks.join(", ") });
-    let breakdown: [(&'static str, &str, fn(&str) -> bool); 3] = [
+    let breakdown: [(&'static str, &str, KeepHook); 3] = [
         ("gpu, no hooks", "nvinject-bench.example/nohooks", |_| false),
         ("gpu, create-symlinks only", "nvinject-bench.example/symlinks", |h| h == "create-symlinks"),
         ("gpu, update-ldcache only", "nvinject-bench.example/ldcache", |h| h == "update-ldcache"),
