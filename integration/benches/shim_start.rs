@@ -10,14 +10,24 @@
 //! - `nvinject`: our runtime, no device requested (the proxy's own overhead);
 //! - `nvinject+gpu`: our runtime, one GPU requested (injection, plus the CDI hooks runc runs).
 //!
-//! Then the shim's own time per container from its log lines (read config.json, resolve and apply,
-//! write), and the proxy's memory per pod (RSS and PSS of the proxy process while a container runs,
-//! next to the runc shim's). Figures are printed; nothing is asserted.
+//! Then where the GPU case's extra time goes: the same request against copies of the spec under
+//! other kinds (no hooks, only the `create-symlinks` hooks, only the `update-ldcache` hook),
+//! interleaved with runc; the shim's own time per container from its log lines (read config.json,
+//! resolve and apply, write); and the proxy's memory per pod (RSS and PSS of the proxy process while
+//! a container runs, next to the runc shim's). Figures are printed; nothing is asserted.
+//!
+//! To measure another build's binaries with this same harness (before/after comparisons), point
+//! `NVINJECT_ARTIFACTS_DIR` at that build's profile directory (see `nvinject_simnode::artifacts`).
+//! `NVINJECT_BENCH_SAMPLES=<file>` appends every sample as a tab-separated `label phase series ms`
+//! line (label: `NVINJECT_BENCH_LABEL`, default `run`; phase: `main` or `breakdown`), so several
+//! runs can be pooled.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_IMAGE, PROBE_PATH, RUNC_RUNTIME, RunOptions};
 use nvinject_integration::process;
+use serde_json::Value;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -46,6 +56,101 @@ impl Series {
     }
 }
 
+/// The 1-minute load average: the machine is shared, so every table says how busy it was.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// `NVINJECT_BENCH_SAMPLES`: where raw samples are appended (`label phase series ms`, tab-separated:
+/// series names hold commas), if anywhere.
+struct SampleLog {
+    label: String,
+    file: Option<std::fs::File>,
+}
+
+impl SampleLog {
+    fn from_env() -> SampleLog {
+        let label = std::env::var("NVINJECT_BENCH_LABEL").unwrap_or_else(|_| "run".into());
+        let file = std::env::var_os("NVINJECT_BENCH_SAMPLES").map(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&p)
+                .unwrap_or_else(|e| panic!("NVINJECT_BENCH_SAMPLES={}: {e}", p.to_string_lossy()))
+        });
+        SampleLog { label, file }
+    }
+    fn write(&mut self, phase: &str, series: &[&Series]) {
+        let Some(file) = &mut self.file else { return };
+        for s in series {
+            for v in &s.samples {
+                writeln!(file, "{}\t{phase}\t{}\t{v:.3}", self.label, s.name)
+                    .expect("write NVINJECT_BENCH_SAMPLES");
+            }
+        }
+    }
+}
+
+/// Prints a table of `series` (median, mean, p10, p90, max) and, against `base`, the ratios of
+/// medians and of p90s.
+fn print_table(series: &[&Series], base: &Series) {
+    println!(
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>13} {:>10}",
+        "series", "median ms", "mean ms", "p10 ms", "p90 ms", "max ms", "median/runc", "p90/runc"
+    );
+    let base_sorted = base.sorted();
+    for s in series {
+        let sorted = s.sorted();
+        println!(
+            "{:<26} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>13.3} {:>10.3}",
+            s.name,
+            s.median(),
+            s.mean(),
+            percentile(&sorted, 0.1),
+            percentile(&sorted, 0.9),
+            sorted.last().copied().unwrap_or(f64::NAN),
+            s.median() / base.median(),
+            percentile(&sorted, 0.9) / percentile(&base_sorted, 0.9),
+        );
+    }
+}
+
+/// Which hooks (by subcommand) a spec variant keeps.
+type KeepHook = fn(&str) -> bool;
+
+/// A copy of the spec under kind `kind`, keeping only the hooks `keep` accepts (by subcommand:
+/// the hook's second argument, `create-symlinks` or `update-ldcache`).
+fn spec_variant(spec: &Value, kind: &str, keep: impl Fn(&str) -> bool) -> Value {
+    let mut spec = spec.clone();
+    spec["kind"] = Value::String(kind.into());
+    let subcommand = |h: &Value| h["args"].get(1).and_then(Value::as_str).unwrap_or("").to_owned();
+    filter_hooks(spec.get_mut("containerEdits"), &subcommand, &keep);
+    // Device-level hooks too (nvinject-cdi puts them at the spec level today).
+    if let Some(devices) = spec.get_mut("devices").and_then(Value::as_array_mut) {
+        for d in devices {
+            filter_hooks(d.get_mut("containerEdits"), &subcommand, &keep);
+        }
+    }
+    spec
+}
+
+fn filter_hooks(
+    edits: Option<&mut Value>,
+    subcommand: &impl Fn(&Value) -> String,
+    keep: &impl Fn(&str) -> bool,
+) {
+    let Some(obj) = edits.and_then(Value::as_object_mut) else { return };
+    if let Some(hooks) = obj.get_mut("hooks").and_then(Value::as_array_mut) {
+        hooks.retain(|h| keep(&subcommand(h)));
+        if hooks.is_empty() {
+            obj.remove("hooks");
+        }
+    }
+}
+
 fn pss_kib(pid: i32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -57,6 +162,12 @@ fn main() {
     if let Err(e) = process::require_root() {
         eprintln!("shim_start bench: {e}");
         std::process::exit(1);
+    }
+    match std::env::var_os(nvinject_simnode::artifacts::ARTIFACTS_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => {
+            println!("binaries: {} (NVINJECT_ARTIFACTS_DIR)", dir.to_string_lossy())
+        }
+        _ => println!("binaries: this build"),
     }
     // Info level while timing: at debug, every `start` also writes a timing line (measured below).
     let node = GpuNode::start(&NodeOptions { log_level: "info".into(), ..Default::default() })
@@ -84,6 +195,8 @@ fn main() {
             assert_eq!(r.status, 0, "warm-up failed: {}", r.stderr);
         }
     }
+    let mut samples = SampleLog::from_env();
+    let load_before = loadavg();
     for round in 0..runs {
         for (i, (name, opts)) in variants.iter().enumerate() {
             let id = format!("b-{i}-{round}");
@@ -95,65 +208,88 @@ fn main() {
         }
     }
 
+    let load_after = loadavg();
+    samples.write("main", &[&series[0], &series[1], &series[2]]);
     println!(
-        "\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved =="
+        "\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved \
+         (load average {load_before} before, {load_after} after) =="
     );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "runtime", "median ms", "mean ms", "p10 ms", "p90 ms", "max ms"
-    );
-    for s in &series {
-        let sorted = s.sorted();
-        println!(
-            "{:<14} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
-            s.name,
-            s.median(),
-            s.mean(),
-            percentile(&sorted, 0.1),
-            percentile(&sorted, 0.9),
-            sorted.last().copied().unwrap_or(f64::NAN)
-        );
-    }
+    print_table(&[&series[0], &series[1], &series[2]], &series[0]);
     let base = series[0].median();
     println!(
         "ratio nvinject/runc (no device, the proxy alone): {:.3} (median), {:.3} (mean)",
         series[1].median() / base,
         series[1].mean() / series[0].mean()
     );
+    let p90 = |s: &Series| percentile(&s.sorted(), 0.9);
     println!(
-        "ratio nvinject+gpu/runc (1 GPU: injection + CDI hooks): {:.3} (median), {:.3} (mean)",
+        "RATIO nvinject+gpu/runc (1 GPU: injection + CDI hooks): {:.3} (median), {:.3} (p90), {:.3} (mean)   [goal <= 1.15]",
         series[2].median() / base,
+        p90(&series[2]) / p90(&series[0]),
         series[2].mean() / series[0].mean()
     );
 
-    // Where the GPU case's extra time goes: the same GPU request with the spec's hooks removed
-    // (no nvinject-hook runs; device nodes, mounts and env still injected), against runc again.
-    let mut spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&node.spec_path).expect("spec")).expect("json");
-    if let Some(edits) = spec["containerEdits"].as_object_mut() {
-        edits.remove("hooks");
+    // Where the GPU case's extra time goes: the same request against copies of the spec under
+    // other kinds, each keeping some of the hooks, interleaved with runc and the full spec. Written
+    // only now, so the runs above read the one spec a node has.
+    let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).expect("spec")).expect("json");
+    let hooks: Vec<String> = spec["containerEdits"]["hooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| h["args"].get(1).and_then(Value::as_str).unwrap_or("?").to_owned())
+        .collect();
+    println!("\nthe spec's hooks: {}", if hooks.is_empty() { "none".to_owned() } else { hooks.join(", ") });
+    let breakdown: [(&'static str, &str, KeepHook); 3] = [
+        ("gpu, no hooks", "nvinject-bench.example/nohooks", |_| false),
+        ("gpu, create-symlinks only", "nvinject-bench.example/symlinks", |h| h == "create-symlinks"),
+        ("gpu, update-ldcache only", "nvinject-bench.example/ldcache", |h| h == "update-ldcache"),
+    ];
+    let mut phase2: Vec<(Series, RunOptions)> = vec![
+        (Series { name: "runc", samples: Vec::new() }, variants[0].1.clone()),
+        (Series { name: "gpu, all hooks", samples: Vec::new() }, variants[2].1.clone()),
+    ];
+    for (name, kind, keep) in breakdown {
+        let file = node.cdi_dir.join(format!("{}.json", kind.replace('/', "-")));
+        std::fs::write(&file, serde_json::to_vec(&spec_variant(&spec, kind, keep)).expect("json"))
+            .expect("write spec variant");
+        let opts = RunOptions {
+            command: exit0.clone(),
+            annotations: vec![("cdi.k8s.io/bench".into(), format!("{kind}=1"))],
+            ..Default::default()
+        };
+        phase2.push((Series { name, samples: Vec::new() }, opts));
     }
-    std::fs::write(&node.spec_path, serde_json::to_vec(&spec).expect("json")).expect("write spec");
-    let mut no_hooks = Series { name: "nvinject+gpu, no hooks", samples: Vec::new() };
-    let mut runc_again = Series { name: "runc", samples: Vec::new() };
+    for (i, (_, opts)) in phase2.iter().enumerate() {
+        let r = node.run(&format!("warm-nh-{i}"), opts).expect("warm-up run");
+        assert_eq!(r.status, 0, "warm-up failed: {}", r.stderr);
+    }
+    let load_before = loadavg();
     for round in 0..runs {
-        for (tag, series, opts) in
-            [("runc", &mut runc_again, &variants[0].1), ("gpu", &mut no_hooks, &variants[2].1)]
-        {
+        for (i, (s, opts)) in phase2.iter_mut().enumerate() {
             let t = Instant::now();
-            let r = node.run(&format!("nh-{tag}-{round}"), opts).expect("run");
-            assert_eq!(r.status, 0, "{}", r.stderr);
-            series.samples.push(t.elapsed().as_secs_f64() * 1000.0);
+            let r = node.run(&format!("nh-{i}-{round}"), opts).expect("run");
+            assert_eq!(r.status, 0, "{} run {round} failed: {}", s.name, r.stderr);
+            s.samples.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }
+    let load_after = loadavg();
+    let phase2: Vec<&Series> = phase2.iter().map(|(s, _)| s).collect();
+    samples.write("breakdown", &phase2);
     println!(
-        "\n== the GPU case without the CDI hooks (same request, hooks removed from the spec), {runs} runs each =="
+        "\n== where the GPU case's time goes: the same request with some hooks removed (copies of the spec \
+         under other kinds), {runs} runs each, interleaved (load average {load_before} before, {load_after} after) =="
     );
-    for s in [&runc_again, &no_hooks] {
-        let sorted = s.sorted();
-        println!("{:<24} median {:>7.1} ms   p90 {:>7.1} ms", s.name, s.median(), percentile(&sorted, 0.9));
-    }
-    println!("ratio (no hooks)/runc: {:.3} (median)", no_hooks.median() / runc_again.median());
+    print_table(&phase2, phase2[0]);
+    let no_hooks = phase2[2].median();
+    println!(
+        "median cost over runc: injection without hooks (proxy, edits, runc applying mounts and devices) {:+.1} ms; \
+         over that: all hooks {:+.1} ms, create-symlinks {:+.1} ms, update-ldcache {:+.1} ms",
+        no_hooks - phase2[0].median(),
+        phase2[1].median() - no_hooks,
+        phase2[3].median() - no_hooks,
+        phase2[4].median() - no_hooks,
+    );
 
     // The shim's own work per container, from its log lines.
     let mut read = Vec::new();

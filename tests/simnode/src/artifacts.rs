@@ -5,11 +5,99 @@
 //! (a no-op when up to date; cargo releases its build lock before running tests, so this is safe from
 //! inside `cargo test`) and returns the path in the same target directory and profile as the caller. The hook is the
 //! exception: [`static_hook`] builds it statically, in its own cargo invocation.
+//!
+//! # Running the tests against another build
+//!
+//! A test that passes proves little until it has been seen to fail against the code it guards
+//! against. With [`ARTIFACTS_DIR_ENV`] (`NVINJECT_ARTIFACTS_DIR`) set to another build's profile
+//! directory (an absolute path such as `/work/old/target/debug`), every function here returns the
+//! file of that name from that directory instead, and builds nothing: the tests of this tree then
+//! drive that build's installer, shim, hook, `nvinject-cdi` and simulated node. Build that tree
+//! first (`cargo build --workspace --all-targets` there). For example:
+//!
+//! ```text
+//! NVINJECT_ARTIFACTS_DIR=/work/old/target/debug \
+//!     cargo test -p nvinject-integration --test security_installer
+//! ```
+//!
+//! [`static_hook`] under the override returns `<dir>/nvinject-hook`, which for a build from before
+//! the hook was static is the (dynamic) hook that build shipped: exactly what a can-fail run
+//! wants, but not a static binary, so tests asserting that it is static fail against it, as they
+//! should. For a newer build that file is the dynamic hook that refuses to run; point
+//! [`ARTIFACTS_HOOK_ENV`] (`NVINJECT_ARTIFACTS_HOOK`) at its static one
+//! (`<target>/<HOOK_TARGET>/<profile>/nvinject-hook`) instead.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
+
+/// Names another build's profile directory whose binaries every function here returns instead of
+/// this build's (see the module documentation). Unset or empty: this build's, built on demand.
+pub const ARTIFACTS_DIR_ENV: &str = "NVINJECT_ARTIFACTS_DIR";
+
+/// Under [`ARTIFACTS_DIR_ENV`], the hook binary [`static_hook`] returns instead of
+/// `<dir>/nvinject-hook` (a newer build's static hook lives outside its profile directory).
+pub const ARTIFACTS_HOOK_ENV: &str = "NVINJECT_ARTIFACTS_HOOK";
+
+/// The override directory, when [`ARTIFACTS_DIR_ENV`] is set (announced once per process, so a
+/// test log says which binaries it ran).
+fn artifacts_override() -> Option<PathBuf> {
+    let dir = override_dir(std::env::var_os(ARTIFACTS_DIR_ENV))?;
+    static ANNOUNCE: Once = Once::new();
+    ANNOUNCE.call_once(|| {
+        eprintln!("nvinject artifacts: using the binaries in {} ({ARTIFACTS_DIR_ENV})", dir.display())
+    });
+    Some(dir)
+}
+
+/// Validates the value of [`ARTIFACTS_DIR_ENV`]: absolute (tests run with the package as cwd, so
+/// a relative path would silently mean something else) and an existing directory.
+fn override_dir(value: Option<OsString>) -> Option<PathBuf> {
+    let dir = PathBuf::from(value.filter(|v| !v.is_empty())?);
+    assert!(
+        dir.is_absolute(),
+        "{ARTIFACTS_DIR_ENV}={} is relative: give the absolute path of the other build's profile directory \
+         (e.g. /work/old/target/debug)",
+        dir.display()
+    );
+    assert!(
+        dir.is_dir(),
+        "{ARTIFACTS_DIR_ENV}={} is not a directory: build that tree (`cargo build --workspace --all-targets`) \
+         or unset {ARTIFACTS_DIR_ENV}",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// `<dir>/<file>` under the override; panics with the fix when that build lacks it.
+fn override_artifact(dir: &Path, file: &str) -> PathBuf {
+    let path = dir.join(file);
+    assert!(
+        path.is_file(),
+        "{} is missing: {ARTIFACTS_DIR_ENV} names a build without it; build it there \
+         (`cargo build --workspace --all-targets`) or unset {ARTIFACTS_DIR_ENV}",
+        path.display()
+    );
+    path
+}
+
+/// The hook under the override: [`ARTIFACTS_HOOK_ENV`] when set, else `<dir>/nvinject-hook`.
+fn override_hook(dir: &Path, hook: Option<OsString>) -> PathBuf {
+    match hook.filter(|v| !v.is_empty()) {
+        Some(hook) => {
+            let hook = PathBuf::from(hook);
+            assert!(
+                hook.is_absolute() && hook.is_file(),
+                "{ARTIFACTS_HOOK_ENV}={} is not an absolute path to a file: name the other build's hook binary",
+                hook.display()
+            );
+            hook
+        }
+        None => override_artifact(dir, "nvinject-hook"),
+    }
+}
 
 /// The profile directory (`<target>/debug` or `<target>/release`) the running executable belongs to.
 pub fn profile_dir() -> PathBuf {
@@ -31,7 +119,12 @@ pub fn profile_dir() -> PathBuf {
 ///
 /// Panics with the command to run when the file cannot be produced: in a test, that is the message
 /// a developer needs.
+///
+/// Under [`ARTIFACTS_DIR_ENV`]: that directory's `file`, nothing built.
 pub fn artifact(package: &str, file: &str) -> PathBuf {
+    if let Some(dir) = artifacts_override() {
+        return override_artifact(&dir, file);
+    }
     static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let dir = profile_dir();
     let path = dir.join(file);
@@ -80,7 +173,13 @@ pub const HOOK_TARGET: &str = "aarch64-unknown-linux-gnu";
 /// directory, leaving the `<target>/<profile>` fingerprints of every other build untouched.
 /// `RUSTFLAGS` is removed for it because it would take precedence over the per-target flags. The
 /// `nvinject-hook` in `<target>/<profile>` (from a plain workspace build) refuses to run.
+///
+/// Under [`ARTIFACTS_DIR_ENV`]: the other build's hook, which need not be static (see the module
+/// documentation); nothing built.
 pub fn static_hook() -> PathBuf {
+    if let Some(dir) = artifacts_override() {
+        return override_hook(&dir, std::env::var_os(ARTIFACTS_HOOK_ENV));
+    }
     static BUILT: Mutex<bool> = Mutex::new(false);
     let dir = profile_dir();
     let release = dir.file_name().is_some_and(|n| n == "release");
@@ -176,4 +275,56 @@ pub fn tools_python() -> PathBuf {
         python.display()
     );
     python
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_unset_or_empty_means_this_build() {
+        assert_eq!(override_dir(None), None);
+        assert_eq!(override_dir(Some(OsString::new())), None);
+    }
+
+    #[test]
+    fn override_names_the_other_builds_files() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("nvinject-installer"), b"old").unwrap();
+        std::fs::write(t.path().join("nvinject-hook"), b"old hook").unwrap();
+        let dir = override_dir(Some(t.path().into())).unwrap();
+        assert_eq!(override_artifact(&dir, "nvinject-installer"), t.path().join("nvinject-installer"));
+        assert_eq!(override_hook(&dir, None), t.path().join("nvinject-hook"));
+        assert_eq!(override_hook(&dir, Some(OsString::new())), t.path().join("nvinject-hook"));
+        let other = t.path().join("static-hook");
+        std::fs::write(&other, b"static").unwrap();
+        assert_eq!(override_hook(&dir, Some(other.clone().into())), other);
+    }
+
+    #[test]
+    #[should_panic(expected = "is relative")]
+    fn override_must_be_absolute() {
+        override_dir(Some("target/debug".into()));
+    }
+
+    #[test]
+    #[should_panic(expected = "is not a directory")]
+    fn override_must_exist() {
+        let t = tempfile::tempdir().unwrap();
+        override_dir(Some(t.path().join("nope").into()));
+    }
+
+    #[test]
+    #[should_panic(expected = "nvinject-cdi is missing")]
+    fn override_without_the_file_names_it() {
+        let t = tempfile::tempdir().unwrap();
+        override_artifact(t.path(), "nvinject-cdi");
+    }
+
+    #[test]
+    #[should_panic(expected = "NVINJECT_ARTIFACTS_HOOK")]
+    fn override_hook_must_exist() {
+        let t = tempfile::tempdir().unwrap();
+        override_hook(t.path(), Some(t.path().join("nope").into()));
+    }
 }
