@@ -250,8 +250,11 @@ pub fn sim_nvml_lib() -> PathBuf {
     artifact("nvinject-simnvml", "libnvidia_ml.so")
 }
 
-/// A binary of the simulated node package (`nvinject-simnode`, `nvidia-smi`).
+/// A binary of the simulated node package (`nvinject-simnode`, `nvidia-smi`). The simulated NVML
+/// is made fresh first: `nvinject-simnode build` copies it from beside itself, and a release build
+/// (benchmarks) builds package by package, so nothing else would.
 pub fn simnode_bin(name: &str) -> PathBuf {
+    sim_nvml_lib();
     artifact("nvinject-simnode", name)
 }
 
