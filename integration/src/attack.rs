@@ -11,11 +11,8 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use serde_json::json;
-use sha2::{Digest, Sha256};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::error::{HarnessError, Result, io};
 use crate::image::{self, BuiltImage, ImageSpec};
@@ -182,22 +179,6 @@ impl ImageFile {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn tar(dir: &Path, out: &Path, names: &[&str]) -> Result<()> {
-    process::run(
-        Command::new("tar")
-            .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C"])
-            .arg(dir)
-            .arg("-cf")
-            .arg(out)
-            .args(names),
-    )?;
-    Ok(())
-}
-
 /// Builds an OCI archive like [`image::build`] with `files` added at any path (`image::build` puts
 /// programs in `/usr/local/bin` only). `spec.env` becomes the image config's `Env`.
 pub fn build_image(spec: &ImageSpec, files: &[ImageFile], out: &Path) -> Result<BuiltImage> {
@@ -215,51 +196,7 @@ pub fn build_image(spec: &ImageSpec, files: &[ImageFile], out: &Path) -> Result<
         fs::write(&dest, &file.content).map_err(io("write", &dest))?;
         fs::set_permissions(&dest, fs::Permissions::from_mode(file.mode)).map_err(io("chmod", &dest))?;
     }
-    let blobs = work.path().join("layout/blobs/sha256");
-    fs::create_dir_all(&blobs).map_err(io("create", &blobs))?;
-    let layer = work.path().join("layer.tar");
-    tar(&root, &layer, &["."])?;
-    let layer_bytes = fs::read(&layer).map_err(io("read", &layer))?;
-    let layer_digest = sha256_hex(&layer_bytes);
-    fs::rename(&layer, blobs.join(&layer_digest)).map_err(io("move", &layer))?;
-    let blob = |value: serde_json::Value| -> Result<(String, usize)> {
-        let bytes = serde_json::to_vec(&value).expect("json");
-        let digest = sha256_hex(&bytes);
-        fs::write(blobs.join(&digest), &bytes).map_err(io("write", &blobs))?;
-        Ok((digest, bytes.len()))
-    };
-    let (config_digest, config_size) = blob(json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": spec.env, "Cmd": spec.cmd, "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
-    }))?;
-    let (manifest_digest, manifest_size) = blob(json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": format!("sha256:{config_digest}"), "size": config_size},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": format!("sha256:{layer_digest}"), "size": layer_bytes.len()}],
-    }))?;
-    let tag = spec.name.rsplit_once(':').map_or("latest", |(_, t)| t);
-    let layout = work.path().join("layout");
-    let index = json!({
-        "schemaVersion": 2,
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": format!("sha256:{manifest_digest}"),
-            "size": manifest_size,
-            "annotations": {"io.containerd.image.name": spec.name, "org.opencontainers.image.ref.name": tag},
-            "platform": {"architecture": "amd64", "os": "linux"},
-        }],
-    });
-    fs::write(layout.join("index.json"), serde_json::to_vec(&index).expect("json"))
-        .map_err(io("write", &layout))?;
-    fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
-        .map_err(io("write", &layout))?;
-    tar(&layout, out, &["oci-layout", "index.json", "blobs"])?;
-    Ok(BuiltImage { tar: out.to_owned(), name: spec.name.clone() })
+    image::pack(spec, &root, out)
 }
 
 /// What a bounded command gave back.
@@ -276,36 +213,14 @@ pub struct Bounded {
 /// Runs `cmd` with its output in files under `scratch`; kills it (by PID) and fails with
 /// [`HarnessError::Timeout`] when it runs past `timeout`.
 pub fn run_bounded(cmd: &mut Command, timeout: Duration, scratch: &Path, what: &str) -> Result<Bounded> {
-    let out_path = scratch.join(format!("{what}.stdout"));
-    let err_path = scratch.join(format!("{what}.stderr"));
-    let out = fs::File::create(&out_path).map_err(io("create", &out_path))?;
-    let err = fs::File::create(&err_path).map_err(io("create", &err_path))?;
-    let mut child =
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().map_err(|e| HarnessError::Command {
-            command: process::describe(cmd),
-            status: "not started".into(),
-            output: e.to_string(),
-        })?;
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(io("wait for", &out_path))? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            process::stop_pid(child.id() as i32, Duration::from_secs(1));
-            let _ = child.wait();
-            return Err(HarnessError::Timeout {
-                what: format!("{} (stderr: {})", process::describe(cmd), process::log_tail(&err_path, 5)),
-                seconds: timeout.as_secs(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Bounded {
-        status: status.code().unwrap_or(-1),
-        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
-    })
+    let run = process::run_with_deadline(cmd, scratch, what, timeout, || {})?;
+    if run.timed_out {
+        return Err(HarnessError::Timeout {
+            what: format!("{} (stderr: {})", process::describe(cmd), process::log_tail(&run.stderr_path, 5)),
+            seconds: timeout.as_secs(),
+        });
+    }
+    Ok(Bounded { status: run.status.unwrap_or(-1), stdout: run.stdout, stderr: run.stderr })
 }
 
 /// One `ctr run --rm` through our runtime.

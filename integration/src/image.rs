@@ -152,15 +152,26 @@ fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Builds the OCI layout tar at `out` (a temp dir is used next to it and removed).
-pub fn build(spec: &ImageSpec, out: &Path) -> Result<BuiltImage> {
-    let work = tempfile::Builder::new()
+/// A temp dir next to `out` (removed on drop).
+fn work_dir_near(out: &Path) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
         .prefix(".image-")
         .tempdir_in(out.parent().unwrap_or(Path::new("/tmp")))
-        .map_err(io("create temp dir near", out))?;
+        .map_err(io("create temp dir near", out))
+}
+
+/// Builds the OCI layout tar at `out` (a temp dir is used next to it and removed).
+pub fn build(spec: &ImageSpec, out: &Path) -> Result<BuiltImage> {
+    let work = work_dir_near(out)?;
     let root = work.path().join("rootfs");
     assemble_root(spec, &root)?;
+    pack(spec, &root, out)
+}
 
+/// Packs an assembled (and possibly edited) root as a one-layer OCI layout tar at `out`, with
+/// `spec`'s name, `Env` and `Cmd`.
+pub fn pack(spec: &ImageSpec, root: &Path, out: &Path) -> Result<BuiltImage> {
+    let work = work_dir_near(out)?;
     let layout = work.path().join("layout");
     let blobs = layout.join("blobs/sha256");
     fs::create_dir_all(&blobs).map_err(io("create", &blobs))?;
@@ -169,7 +180,7 @@ pub fn build(spec: &ImageSpec, out: &Path) -> Result<BuiltImage> {
     process::run(
         Command::new("tar")
             .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C"])
-            .arg(&root)
+            .arg(root)
             .arg("-cf")
             .arg(&layer)
             .arg("."),

@@ -174,3 +174,57 @@ pub fn require_file(program: &Path, hint: &str) -> Result<()> {
         Err(HarnessError::Prerequisite(format!("{} not found: {hint}", program.display())))
     }
 }
+
+/// What [`run_with_deadline`] saw.
+#[derive(Debug)]
+pub struct Deadlined {
+    /// The exit code (`None`: killed by a signal, or by us at the deadline).
+    pub status: Option<i32>,
+    /// Whether it was still running at the deadline (and was then killed by PID).
+    pub timed_out: bool,
+    /// The path its stderr went to.
+    pub stderr_path: std::path::PathBuf,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// Runs `cmd` with stdin closed and stdout/stderr into `<dir>/<name>.out` and `.err` (files, so a
+/// chatty child never blocks on a pipe), waiting at most `timeout`; at the deadline it is stopped
+/// by its PID and `on_timeout` runs (to clean up what it left).
+pub fn run_with_deadline(
+    cmd: &mut Command,
+    dir: &Path,
+    name: &str,
+    timeout: Duration,
+    on_timeout: impl FnOnce(),
+) -> Result<Deadlined> {
+    use crate::error::io;
+    use std::process::Stdio;
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let (out_path, err_path) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
+    let out = std::fs::File::create(&out_path).map_err(io("create", &out_path))?;
+    let err = std::fs::File::create(&err_path).map_err(io("create", &err_path))?;
+    let mut child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().map_err(|e| {
+        HarnessError::Command { command: describe(cmd), status: "not started".into(), output: e.to_string() }
+    })?;
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(io("wait for", &out_path))? {
+            break s.code();
+        }
+        if Instant::now() >= deadline {
+            timed_out = true;
+            stop_pid(child.id() as i32, Duration::from_secs(2));
+            let _ = child.wait();
+            on_timeout();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    Ok(Deadlined { status, timed_out, stderr_path: err_path, stdout, stderr })
+}

@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::error::{HarnessError, Result, io};
+use crate::error::{Result, io};
 use crate::node::{GpuNode, NVINJECT_RUNTIME, PROBE_PATH, parse_report};
 use crate::process;
 
@@ -289,34 +289,14 @@ fn bounded(
     timeout: Duration,
     on_timeout: impl FnOnce(),
 ) -> Result<BoundedRun> {
-    fs::create_dir_all(logs).map_err(io("create", logs))?;
-    let (out_path, err_path) = (logs.join(format!("{name}.out")), logs.join(format!("{name}.err")));
-    let out = fs::File::create(&out_path).map_err(io("create", &out_path))?;
-    let err = fs::File::create(&err_path).map_err(io("create", &err_path))?;
-    let mut child: Child =
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().map_err(|e| HarnessError::Command {
-            command: process::describe(cmd),
-            status: "not started".into(),
-            output: e.to_string(),
-        })?;
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(io("wait for", &out_path))? {
-            break s.code();
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
-            process::stop_pid(child.id() as i32, Duration::from_secs(2));
-            let _ = child.wait();
-            on_timeout();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = fs::read_to_string(&err_path).unwrap_or_default();
-    Ok(BoundedRun { status, timed_out, report: parse_report(&stdout), stdout, stderr })
+    let run = process::run_with_deadline(cmd, logs, name, timeout, on_timeout)?;
+    Ok(BoundedRun {
+        status: run.status,
+        timed_out: run.timed_out,
+        report: parse_report(&run.stdout),
+        stdout: run.stdout,
+        stderr: run.stderr,
+    })
 }
 
 /// Runs the probe's report in a container whose root is the host directory `rootfs`
