@@ -360,9 +360,9 @@ fn parse_new(bytes: &[u8], base: usize) -> Result<Vec<Entry>, LdCacheError> {
     Ok(out)
 }
 
-/// `bytes` with its generator string replaced by `generator`, when the generator is the file's
-/// last part (as ldconfig and [`encode`] write it). For comparing caches of different writers.
-pub fn with_generator(bytes: &[u8], generator: &str) -> Option<Vec<u8>> {
+/// Where a new-format cache keeps its generator string: the extension slot naming it, and the
+/// string's offset and size.
+fn generator_slot(bytes: &[u8]) -> Option<(usize, usize, usize)> {
     if !bytes.starts_with(NEW_MAGIC) {
         return None;
     }
@@ -371,37 +371,29 @@ pub fn with_generator(bytes: &[u8], generator: &str) -> Option<Vec<u8>> {
         return None;
     }
     let count = u32_at(bytes, ext + 4).ok()? as usize;
-    let s = (0..count.min(64))
+    let slot = (0..count.min(64))
         .map(|i| ext + 8 + i * 16)
         .find(|&s| u32_at(bytes, s).ok() == Some(TAG_GENERATOR))?;
-    let (off, size) = (u32_at(bytes, s + 8).ok()? as usize, u32_at(bytes, s + 12).ok()? as usize);
+    Some((slot, u32_at(bytes, slot + 8).ok()? as usize, u32_at(bytes, slot + 12).ok()? as usize))
+}
+
+/// `bytes` with its generator string replaced by `generator`, when the generator is the file's
+/// last part (as ldconfig and [`encode`] write it). For comparing caches of different writers.
+pub fn with_generator(bytes: &[u8], generator: &str) -> Option<Vec<u8>> {
+    let (slot, off, size) = generator_slot(bytes)?;
     if off.checked_add(size)? != bytes.len() {
         return None;
     }
     let mut out = bytes[..off].to_vec();
-    out[s + 12..s + 16].copy_from_slice(&u32::try_from(generator.len()).ok()?.to_le_bytes());
+    out[slot + 12..slot + 16].copy_from_slice(&u32::try_from(generator.len()).ok()?.to_le_bytes());
     out.extend_from_slice(generator.as_bytes());
     Some(out)
 }
 
 /// The generator string of a new-format cache (`ldconfig (GNU libc) 2.36`, ours), if it has one.
 pub fn generator(bytes: &[u8]) -> Option<String> {
-    if !bytes.starts_with(NEW_MAGIC) {
-        return None;
-    }
-    let ext = u32_at(bytes, 32).ok()? as usize;
-    if ext == 0 || u32_at(bytes, ext).ok()? != EXTENSION_MAGIC {
-        return None;
-    }
-    let count = u32_at(bytes, ext + 4).ok()? as usize;
-    (0..count.min(64)).find_map(|i| {
-        let s = ext + 8 + i * 16;
-        if u32_at(bytes, s).ok()? != TAG_GENERATOR {
-            return None;
-        }
-        let (off, size) = (u32_at(bytes, s + 8).ok()? as usize, u32_at(bytes, s + 12).ok()? as usize);
-        bytes.get(off..off.checked_add(size)?).map(|b| String::from_utf8_lossy(b).into_owned())
-    })
+    let (_, off, size) = generator_slot(bytes)?;
+    bytes.get(off..off.checked_add(size)?).map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 #[cfg(test)]
