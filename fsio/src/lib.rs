@@ -4,7 +4,8 @@
 //! reader, a crash or a `kill -9` at any moment finds the old file or the new one, never half of one.
 //!
 //! [`root`] is the other half: reading and writing inside a tree someone else controls (a
-//! container's rootfs, an installer's host root) without ever leaving it.
+//! container's rootfs, an installer's host root) without ever leaving it; [`mount`] bind-mounts
+//! into such a tree the same way.
 //!
 //! Boundary: this crate does the file-system calls of a replacement and nothing else. How durable
 //! a write is, which mode it gets, whether directories are made and whether an existing file keeps
@@ -16,6 +17,7 @@
 
 mod error;
 pub mod lock;
+pub mod mount;
 pub mod root;
 mod temp;
 mod write;

@@ -44,6 +44,9 @@ impl RootError {
     }
 }
 
+/// The most dangling symlinks [`Root::mkdir_all`] follows for one path (the kernel's own limit).
+pub const MAX_LINK_HOPS: usize = 40;
+
 /// The most entries [`Root::read_dir`] lists in one directory.
 pub const MAX_DIR_ENTRIES: usize = 1 << 20;
 
@@ -176,6 +179,11 @@ impl Root {
                 other => return other,
             }
         }
+    }
+
+    /// `path` resolved inside the root with `flags` (for this crate's other modules).
+    pub(crate) fn resolve_fd(&self, path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+        self.resolve(path, flags, Mode::empty())
     }
 
     /// Opens the regular file `path` for reading, following symlinks inside the root. Anything
@@ -349,31 +357,62 @@ impl Root {
 
     /// Opens directory `path` inside the root, creating missing components with exactly `mode`
     /// (the umask does not reduce it; existing directories keep theirs).
+    ///
+    /// A component that is a symlink to a missing directory gets that directory made where the
+    /// link leads inside the root (as runc makes mountpoints), at most [`MAX_LINK_HOPS`] links
+    /// deep; the link itself is never replaced.
     pub fn mkdir_all(&self, path: &Path, mode: u32) -> Result<ResolvedDir, RootError> {
-        let mut current = self
-            .resolve(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
-            .map_err(|e| self.err("open", Path::new("/"), e))?;
+        let open_root = || {
+            self.resolve(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
+                .map_err(|e| self.err("open", Path::new("/"), e))
+        };
+        // Most calls name a directory that is already there: one lookup then.
+        if let Ok(fd) = self.resolve(path, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()) {
+            return Ok(ResolvedDir { fd });
+        }
+        let mut current = open_root()?;
         let mut so_far = PathBuf::from("/");
-        for component in relative(path).components() {
+        let mut pending: std::collections::VecDeque<OsString> = components(path).into();
+        let mut hops = 0;
+        while let Some(name) = pending.pop_front() {
             let mut created = false;
-            match component {
-                Component::Normal(name) => {
-                    so_far.push(name);
-                    match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(mode)) {
-                        Ok(()) => created = true,
-                        Err(Errno::EEXIST) => {}
-                        Err(e) => return Err(self.err("mkdir", &so_far, e)),
-                    }
-                }
+            if name == ".." {
                 // Kept for the kernel to resolve (in the root: `..` of the root is the root).
-                Component::ParentDir => so_far.push(".."),
-                _ => continue,
+                so_far.push("..");
+            } else {
+                so_far.push(&name);
+                match mkdirat(current.as_fd(), name.as_os_str(), Mode::from_bits_truncate(mode)) {
+                    Ok(()) => created = true,
+                    Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(self.err("mkdir", &so_far, e)),
+                }
             }
             // Resolve the whole prefix again from the root so a symlink component is followed
             // inside the root, never outside.
-            current = self
-                .resolve(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
-                .map_err(|e| self.err("open directory", &so_far, e))?;
+            match self.resolve(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()) {
+                Ok(fd) => current = fd,
+                Err(Errno::ENOENT) if !created && name != ".." => {
+                    // A dangling symlink (anything else would have resolved): continue along its
+                    // target, relative to the link's directory or to the root.
+                    let target = nix::fcntl::readlinkat(current.as_fd(), name.as_os_str())
+                        .map_err(|_| self.err("open directory", &so_far, Errno::ENOENT))?;
+                    hops += 1;
+                    if hops > MAX_LINK_HOPS {
+                        return Err(self.err("open directory", &so_far, Errno::ELOOP));
+                    }
+                    so_far.pop();
+                    let target = Path::new(&target);
+                    if target.is_absolute() {
+                        so_far = PathBuf::from("/");
+                        current = open_root()?;
+                    }
+                    for c in components(target).into_iter().rev() {
+                        pending.push_front(c);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(self.err("open directory", &so_far, e)),
+            }
             if created {
                 // mkdir applied the umask; the caller asked for exactly `mode`.
                 let proc = PathBuf::from(format!("/proc/self/fd/{}", current.as_raw_fd()));
@@ -473,7 +512,7 @@ impl Root {
 /// ELOOP from a lookup here mostly means a `/proc/<pid>/root`-style link on the way (refused by
 /// `RESOLVE_NO_MAGICLINKS`: it leads out of the root), which "Too many levels of symbolic links"
 /// does not tell whoever reads the error; say so and what to fix. The kind is kept.
-fn explain_loop(e: io::Error) -> io::Error {
+pub(crate) fn explain_loop(e: io::Error) -> io::Error {
     if e.raw_os_error() != Some(Errno::ELOOP as i32) {
         return e;
     }
@@ -502,13 +541,24 @@ fn fd_path(fd: &OwnedFd) -> io::Result<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
+/// The names and `..`s of `path`, in order (`/` and `.` dropped).
+fn components(path: &Path) -> Vec<OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some(OsString::from("..")),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `path` without its leading `/` (and without `.`/`..` handling: the kernel does that in-root).
 fn relative(path: &Path) -> PathBuf {
     path.components().filter(|c| !matches!(c, Component::RootDir | Component::Prefix(_))).collect()
 }
 
 /// Parent directory and final name; `None` for `/` or a path ending in `..`.
-fn split(path: &Path) -> Option<(PathBuf, &OsStr)> {
+pub(crate) fn split(path: &Path) -> Option<(PathBuf, &OsStr)> {
     let name = path.file_name()?;
     let parent = path.parent().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("/"));
     Some((parent, name))
@@ -575,8 +625,10 @@ mod tests {
         let r = Root::open(&root).unwrap();
         r.symlink(Path::new("libcuda.so.1"), Path::new("/lib/x86_64-linux-gnu/libcuda.so")).unwrap();
         assert!(fs::symlink_metadata(root.join("usr/lib/x86_64-linux-gnu/libcuda.so")).is_ok());
-        let err = r.symlink(Path::new("x"), Path::new("/etc/ld.so.conf.d/link")).unwrap_err();
-        assert!(err.to_string().contains("/etc"), "{err}");
+        // /etc leads (inside the root) to a directory that is not there: it is made there.
+        r.symlink(Path::new("x"), Path::new("/etc/ld.so.conf.d/link")).unwrap();
+        let inside = root.join(outside.strip_prefix("/").unwrap()).join("ld.so.conf.d/link");
+        assert!(fs::symlink_metadata(&inside).unwrap().file_type().is_symlink());
         r.symlink(Path::new("y"), Path::new("/lib64/escape")).unwrap();
         assert!(fs::symlink_metadata(root.join("escape")).is_ok(), "`..` stops at the root");
         // Reads never reach the host either way.
@@ -585,7 +637,10 @@ mod tests {
         assert!(r.read_regular(Path::new("/hostroot/etc/hostname"), 100).is_err());
         assert!(r.read_dir(Path::new("/hostroot")).is_err());
         assert!(r.write_file(Path::new("/var/x"), b"x", 0o644).is_err());
-        assert!(r.write_file(Path::new("/lib64/tmp/x"), b"x", 0o644).is_err(), "no /tmp inside the root");
+        assert!(
+            r.write_file(Path::new("/lib64/absent/x"), b"x", 0o644).is_err(),
+            "no /absent inside the root"
+        );
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 1, "nothing may be created outside the root");
         assert_eq!(
             r.canonicalize(Path::new("/lib/x86_64-linux-gnu")).unwrap(),
@@ -730,5 +785,32 @@ mod tests {
         // Path-based code given a resolved directory stays in it.
         fs::write(open_dir.proc_path().join("through-proc"), b"y").unwrap();
         assert!(root.join("c/through-proc").is_file());
+    }
+
+    #[test]
+    fn missing_dirs_behind_dangling_links_are_made_inside_the_root() {
+        let (_d, root, outside) = setup();
+        let r = Root::open(&root).unwrap();
+        fs::create_dir_all(root.join("usr")).unwrap();
+        // Absolute, relative and `..`-laden links to directories that do not exist yet, and a
+        // chain of two; each must end up created inside the root, the outside dir untouched.
+        symlink(&outside, root.join("usr/abs")).unwrap();
+        symlink("../../../../made/rel", root.join("usr/rel")).unwrap();
+        symlink("/usr/chain2", root.join("usr/chain1")).unwrap();
+        symlink("../deep/end", root.join("usr/chain2")).unwrap();
+        for (path, made) in [
+            ("/usr/abs/lib", format!("{}/lib", outside.strip_prefix("/").unwrap().display())),
+            ("/usr/rel/lib", "made/rel/lib".to_owned()),
+            ("/usr/chain1/lib", "deep/end/lib".to_owned()),
+        ] {
+            r.mkdir_all(Path::new(path), 0o755).unwrap();
+            assert!(root.join(&made).is_dir(), "{path}: {made} not made");
+        }
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "a directory appeared outside the root");
+        // A loop is refused (bounded), not followed forever.
+        symlink("/usr/loop-b", root.join("usr/loop-a")).unwrap();
+        symlink("/usr/loop-a", root.join("usr/loop-b")).unwrap();
+        let err = r.mkdir_all(Path::new("/usr/loop-a/x"), 0o755).unwrap_err();
+        assert!(err.to_string().contains("/usr/loop"), "{err}");
     }
 }

@@ -1,0 +1,466 @@
+//! Bind mounts into a root someone else controls (a container's rootfs before `pivot_root`).
+//!
+//! The mountpoint is resolved (and, when missing, created) inside the root exactly as
+//! [`Root`]'s other operations are, and the mount is attached to the **file descriptor** of that
+//! resolved mountpoint, never to a path that could be resolved again differently: a symlink in the
+//! image can move the mountpoint around inside the image, never onto the host. A mountpoint on
+//! procfs or sysfs (an image symlink into the container's own `/proc` or `/sys`) is refused, as
+//! runc refuses mounts over those.
+//!
+//! The source is a host path the caller trusts (it comes from a root-owned CDI spec).
+//!
+//! Where the kernel has the mount API of Linux 5.12 (`open_tree`, `mount_setattr`, `move_mount`)
+//! the source is cloned, given its flags while still detached and attached in three calls; older
+//! kernels get `mount(2)` on `/proc/self/fd/<mountpoint>` plus a remount, as runc does.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::libc;
+use nix::mount::MsFlags;
+use nix::sys::stat::Mode;
+
+use crate::root::{Root, split};
+
+/// Mount propagation to give the new mount (the `rprivate`, `rslave`, ... mount options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// `private`: no events in or out.
+    Private,
+    /// `slave`: events from the source's peers come in, none go out.
+    Slave,
+    /// `shared`: events go both ways.
+    Shared,
+    /// `unbindable`: private, and cannot be bind-mounted again.
+    Unbindable,
+}
+
+impl Propagation {
+    fn ms_flag(self) -> MsFlags {
+        match self {
+            Propagation::Private => MsFlags::MS_PRIVATE,
+            Propagation::Slave => MsFlags::MS_SLAVE,
+            Propagation::Shared => MsFlags::MS_SHARED,
+            Propagation::Unbindable => MsFlags::MS_UNBINDABLE,
+        }
+    }
+}
+
+/// How to bind-mount: the meaning of an OCI bind mount's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BindOptions {
+    /// `rbind`: mounts below the source come along.
+    pub recursive: bool,
+    /// `ro`.
+    pub read_only: bool,
+    /// `nosuid`.
+    pub nosuid: bool,
+    /// `nodev`.
+    pub nodev: bool,
+    /// `noexec`.
+    pub noexec: bool,
+    /// Propagation, when one was named; applied to the whole new tree when `recursive_propagation`.
+    pub propagation: Option<Propagation>,
+    /// `rprivate` (and the other `r` forms) rather than `private`.
+    pub recursive_propagation: bool,
+}
+
+/// Which kernel interface [`Root::bind_mount`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountApi {
+    /// `open_tree` + `mount_setattr` + `move_mount`, falling back to [`MountApi::Classic`] where
+    /// the kernel lacks them (ENOSYS).
+    Auto,
+    /// `mount(2)` on `/proc/self/fd/<n>` and a remount for the flags.
+    Classic,
+}
+
+/// A bind mount that could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("bind mount {} -> {destination} in {root}: {step}: {error}", source_path.display())]
+pub struct BindError {
+    /// The host path being mounted.
+    pub source_path: PathBuf,
+    /// The mountpoint, inside the root.
+    pub destination: String,
+    /// The root on the host.
+    pub root: String,
+    /// What was being done.
+    pub step: &'static str,
+    /// What the kernel said, or why it was refused.
+    pub error: io::Error,
+}
+
+// From <linux/mount.h>; the libc crate has the syscall numbers but not yet these.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+impl BindOptions {
+    fn attr_bits(&self) -> u64 {
+        let mut bits = 0;
+        for (on, bit) in [
+            (self.read_only, MOUNT_ATTR_RDONLY),
+            (self.nosuid, MOUNT_ATTR_NOSUID),
+            (self.nodev, MOUNT_ATTR_NODEV),
+            (self.noexec, MOUNT_ATTR_NOEXEC),
+        ] {
+            if on {
+                bits |= bit;
+            }
+        }
+        bits
+    }
+
+    fn ms_flags(&self) -> MsFlags {
+        let mut flags = MsFlags::empty();
+        flags.set(MsFlags::MS_RDONLY, self.read_only);
+        flags.set(MsFlags::MS_NOSUID, self.nosuid);
+        flags.set(MsFlags::MS_NODEV, self.nodev);
+        flags.set(MsFlags::MS_NOEXEC, self.noexec);
+        flags
+    }
+}
+
+fn proc_fd(fd: &impl AsRawFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+fn open_tree(source: &Path, recursive: bool) -> Result<OwnedFd, Errno> {
+    let path = CString::new(source.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: a plain syscall with a valid NUL-terminated path; the returned fd is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+fn mount_setattr(tree: &OwnedFd, recursive: bool, attr: &MountAttr) -> Result<(), Errno> {
+    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: `attr` is a live `struct mount_attr` of the size passed; the path is an empty C string.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+fn move_mount(tree: &OwnedFd, target: &OwnedFd) -> Result<(), Errno> {
+    // SAFETY: both fds are open for the call; the paths are empty C strings.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// Whether `fd` is on a file system no bind mount may cover or make mountpoints in (the
+/// container's procfs, sysfs or cgroup file system).
+fn forbidden_fs(fd: &impl AsFd) -> io::Result<Option<&'static str>> {
+    use nix::sys::statfs::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC};
+    let fs = nix::sys::statfs::fstatfs(fd)?;
+    Ok(match fs.filesystem_type() {
+        PROC_SUPER_MAGIC => Some("procfs"),
+        SYSFS_MAGIC => Some("sysfs"),
+        CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC => Some("cgroup file system"),
+        _ => None,
+    })
+}
+
+impl Root {
+    /// Bind-mounts the host path `source` at `destination` inside the root, creating the
+    /// mountpoint (a directory for a directory source, else an empty file, parents 0755) when it
+    /// is missing. Symlinks on the way to the mountpoint are followed inside the root (what a
+    /// dangling one names is made there); a mountpoint of the wrong type, on procfs or sysfs, or
+    /// behind a `/proc` magic link or a loop of links is refused.
+    pub fn bind_mount(
+        &self,
+        source: &Path,
+        destination: &Path,
+        options: &BindOptions,
+        api: MountApi,
+    ) -> Result<MountApi, BindError> {
+        let fail = |step: &'static str, error: io::Error| BindError {
+            source_path: source.to_owned(),
+            destination: destination.display().to_string(),
+            root: self.path().display().to_string(),
+            step,
+            error,
+        };
+        let source_meta = std::fs::metadata(source).map_err(|e| fail("stat the source", e))?;
+        let (target, made) = self
+            .mountpoint(destination, source_meta.is_dir())
+            .map_err(|e| fail("mountpoint", crate::root::explain_loop(e)))?;
+        // A mountpoint made just now is of the right type, and could not have been made on
+        // procfs or sysfs; one that was there is checked.
+        if !made {
+            let target_meta =
+                std::fs::metadata(proc_fd(&target)).map_err(|e| fail("stat the mountpoint", e))?;
+            if target_meta.is_dir() != source_meta.is_dir() {
+                let why = if source_meta.is_dir() {
+                    "the source is a directory but the mountpoint in the image is not"
+                } else {
+                    "the source is not a directory but the mountpoint in the image is one"
+                };
+                return Err(fail("mountpoint", io::Error::new(io::ErrorKind::InvalidInput, why)));
+            }
+            if let Some(fs) = forbidden_fs(&target).map_err(|e| fail("statfs the mountpoint", e))? {
+                let why = format!("resolves onto the container's {fs}; refusing to mount over it");
+                return Err(fail("mountpoint", io::Error::new(io::ErrorKind::PermissionDenied, why)));
+            }
+        }
+        if api == MountApi::Auto {
+            match self.bind_new_api(source, &target, options) {
+                Ok(()) => return Ok(MountApi::Auto),
+                Err((_, Errno::ENOSYS)) => {}
+                Err((step, e)) => return Err(fail(step, e.into())),
+            }
+        }
+        self.bind_classic(source, destination, &target, options).map_err(|(step, e)| fail(step, e.into()))?;
+        Ok(MountApi::Classic)
+    }
+
+    /// The mountpoint `destination` as an fd, and whether it was made now (when missing). A
+    /// symlink there is followed inside the root, and a dangling one gets its target made, as
+    /// runc does.
+    fn mountpoint(&self, destination: &Path, dir: bool) -> io::Result<(OwnedFd, bool)> {
+        let mut destination = destination.to_owned();
+        for _ in 0..=crate::root::MAX_LINK_HOPS {
+            let (parent, name) = split(&destination).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a mountpoint must be an absolute path below /")
+            })?;
+            let parent_dir = self
+                .mkdir_all(&parent, 0o755)
+                .map_err(|e| io::Error::new(e.kind(), format!("{} {}: {}", e.op, e.path, e.source)))?;
+            let at = parent_dir.as_fd();
+            if let Some(fs) = forbidden_fs(&parent_dir)? {
+                let why =
+                    format!("its directory resolves onto the container's {fs}; refusing to mount there");
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+            }
+            // Made first (the usual case: the image has no such file), never through a symlink.
+            let made = if dir {
+                nix::sys::stat::mkdirat(at, name, Mode::from_bits_truncate(0o755)).and_then(|()| {
+                    nix::fcntl::openat(
+                        at,
+                        name,
+                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    )
+                })
+            } else {
+                // The fd of the new file is itself the mountpoint: nothing is opened again.
+                let flags =
+                    OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                nix::fcntl::openat(at, name, flags, Mode::from_bits_truncate(0o644))
+            };
+            match made {
+                Ok(fd) => return Ok((fd, true)),
+                Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let fd = nix::fcntl::openat(
+                at,
+                name,
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            if !std::fs::symlink_metadata(proc_fd(&fd))?.file_type().is_symlink() {
+                return Ok((fd, false));
+            }
+            // The image put a symlink here: follow it inside the root.
+            let whole = parent.join(name);
+            match self.resolve_fd(&whole, OFlag::O_PATH) {
+                Ok(fd) => return Ok((fd, false)),
+                Err(Errno::ENOENT) => {
+                    let target = nix::fcntl::readlinkat(at, name)?;
+                    destination = parent.join(target);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Errno::ELOOP.into())
+    }
+
+    fn bind_new_api(
+        &self,
+        source: &Path,
+        target: &OwnedFd,
+        options: &BindOptions,
+    ) -> Result<(), (&'static str, Errno)> {
+        let tree = open_tree(source, options.recursive).map_err(|e| ("open_tree", e))?;
+        let bits = options.attr_bits();
+        if bits != 0 {
+            let attr = MountAttr { attr_set: bits, attr_clr: 0, propagation: 0, userns_fd: 0 };
+            mount_setattr(&tree, options.recursive, &attr).map_err(|e| ("mount_setattr", e))?;
+        }
+        move_mount(&tree, target).map_err(|e| ("move_mount", e))?;
+        if let Some(propagation) = options.propagation {
+            // Set once attached: a clone of a shared mount joins its peer group, and only an
+            // attached mount's propagation says what reaches it from the host.
+            // `c_ulong` is `u32` on 32-bit targets.
+            #[allow(clippy::unnecessary_cast)]
+            let attr = MountAttr {
+                attr_set: 0,
+                attr_clr: 0,
+                propagation: propagation.ms_flag().bits() as u64,
+                userns_fd: 0,
+            };
+            mount_setattr(&tree, options.recursive_propagation, &attr).map_err(|e| ("mount_setattr", e))?;
+        }
+        Ok(())
+    }
+
+    fn bind_classic(
+        &self,
+        source: &Path,
+        destination: &Path,
+        target: &OwnedFd,
+        options: &BindOptions,
+    ) -> Result<(), (&'static str, Errno)> {
+        let mut flags = MsFlags::MS_BIND;
+        flags.set(MsFlags::MS_REC, options.recursive);
+        nix::mount::mount(Some(source), &proc_fd(target), None::<&str>, flags, None::<&str>)
+            .map_err(|e| ("mount", e))?;
+        // The fd still names the covered mountpoint; resolving the path again (inside the root)
+        // reaches the new mount's root, which is what the remount must change.
+        let mounted = self.resolve_fd(destination, OFlag::O_PATH).map_err(|e| ("open the new mount", e))?;
+        let attrs = options.ms_flags();
+        if !attrs.is_empty() {
+            let remount = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | attrs;
+            nix::mount::mount(None::<&str>, &proc_fd(&mounted), None::<&str>, remount, None::<&str>)
+                .map_err(|e| ("remount", e))?;
+        }
+        if let Some(propagation) = options.propagation {
+            let mut flags = propagation.ms_flag();
+            flags.set(MsFlags::MS_REC, options.recursive_propagation);
+            nix::mount::mount(None::<&str>, &proc_fd(&mounted), None::<&str>, flags, None::<&str>)
+                .map_err(|e| ("set propagation", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl BindOptions {
+    /// The bind options an OCI mount's `options` list asks for, or the first option this cannot
+    /// honour (anything but `bind`/`rbind`, `ro`/`rw`, `[no]suid`, `[no]dev`, `[no]exec` and the
+    /// propagation words). A list without `bind` or `rbind` is not a bind mount (`None`).
+    pub fn from_oci_options<S: AsRef<str>>(options: &[S]) -> Result<Option<BindOptions>, String> {
+        let mut out = BindOptions::default();
+        let mut bind = false;
+        for option in options {
+            let option = option.as_ref();
+            let propagation = |p, recursive| (Some(p), recursive);
+            let (prop, rec) = match option {
+                "bind" => {
+                    bind = true;
+                    continue;
+                }
+                "rbind" => {
+                    bind = true;
+                    out.recursive = true;
+                    continue;
+                }
+                "ro" | "rw" => {
+                    out.read_only = option == "ro";
+                    continue;
+                }
+                "nosuid" | "suid" => {
+                    out.nosuid = option == "nosuid";
+                    continue;
+                }
+                "nodev" | "dev" => {
+                    out.nodev = option == "nodev";
+                    continue;
+                }
+                "noexec" | "exec" => {
+                    out.noexec = option == "noexec";
+                    continue;
+                }
+                "private" => propagation(Propagation::Private, false),
+                "rprivate" => propagation(Propagation::Private, true),
+                "slave" => propagation(Propagation::Slave, false),
+                "rslave" => propagation(Propagation::Slave, true),
+                "shared" => propagation(Propagation::Shared, false),
+                "rshared" => propagation(Propagation::Shared, true),
+                "unbindable" => propagation(Propagation::Unbindable, false),
+                "runbindable" => propagation(Propagation::Unbindable, true),
+                other => return Err(other.to_owned()),
+            };
+            out.propagation = prop;
+            out.recursive_propagation = rec;
+        }
+        Ok(bind.then_some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oci_options_map_to_bind_options() {
+        let cdi =
+            BindOptions::from_oci_options(&["ro", "nosuid", "nodev", "rbind", "rprivate"]).unwrap().unwrap();
+        assert_eq!(
+            cdi,
+            BindOptions {
+                recursive: true,
+                read_only: true,
+                nosuid: true,
+                nodev: true,
+                noexec: false,
+                propagation: Some(Propagation::Private),
+                recursive_propagation: true,
+            }
+        );
+        assert_eq!(cdi.attr_bits(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        assert_eq!(cdi.ms_flags(), MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV);
+        // Later words win, as in mount(8); `bind` alone is not recursive.
+        let socket =
+            BindOptions::from_oci_options(&["bind", "ro", "rw", "noexec", "slave"]).unwrap().unwrap();
+        assert!(!socket.recursive && !socket.read_only && socket.noexec);
+        assert_eq!((socket.propagation, socket.recursive_propagation), (Some(Propagation::Slave), false));
+        assert_eq!(BindOptions::from_oci_options(&["ro", "nosuid"]).unwrap(), None);
+        assert_eq!(BindOptions::from_oci_options(&["rbind", "idmap"]).unwrap_err(), "idmap");
+        assert_eq!(BindOptions::from_oci_options(&["rbind", "relatime"]).unwrap_err(), "relatime");
+    }
+}

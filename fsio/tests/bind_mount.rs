@@ -1,0 +1,229 @@
+//! `Root::bind_mount` against the real kernel (needs root, as CI runs): each test runs in a thread
+//! of its own that first unshares its mount namespace and makes every mount in it a slave, so
+//! nothing it mounts is seen outside that thread and everything goes when the thread ends. Both
+//! kernel interfaces are exercised; every escape attempt is shown to land inside the root or be
+//! refused, with the host directory it aimed at checked untouched.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use nix::mount::MsFlags;
+use nvinject_fsio::mount::{BindOptions, MountApi, Propagation};
+use nvinject_fsio::root::Root;
+
+/// What CDI specs ask for a driver file: `ro, nosuid, nodev, rbind, rprivate`.
+const DRIVER_FILE: BindOptions = BindOptions {
+    recursive: true,
+    read_only: true,
+    nosuid: true,
+    nodev: true,
+    noexec: false,
+    propagation: Some(Propagation::Private),
+    recursive_propagation: true,
+};
+
+/// Runs `body` in a thread with a private mount namespace.
+fn in_private_mount_ns(body: impl FnOnce() + Send + 'static) {
+    assert!(nix::unistd::geteuid().is_root(), "this test needs root (mount); CI runs as root");
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare(CLONE_NEWNS)");
+        nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+            .expect("make / rslave");
+        body();
+    })
+    .join()
+    .expect("test thread");
+}
+
+/// This thread's mounts (not the process's: the namespace was unshared by this thread only).
+fn mountinfo_line(mountpoint: &Path) -> Option<String> {
+    let text = fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    let want = mountpoint.display().to_string();
+    text.lines().find(|l| l.split(' ').nth(4) == Some(want.as_str())).map(str::to_owned)
+}
+
+struct Layout {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    host: PathBuf,
+    source: PathBuf,
+}
+
+/// A root, a host directory next to it (what an escape would aim at) and a source file.
+fn layout() -> Layout {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rootfs");
+    let host = dir.path().join("host");
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::create_dir_all(&host).unwrap();
+    let source = dir.path().join("libcuda.so.550.54.15");
+    fs::write(&source, b"driver bytes").unwrap();
+    Layout { _dir: dir, root, host, source }
+}
+
+fn unmount(path: &Path) {
+    nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}
+
+#[test]
+fn a_driver_file_is_mounted_read_only_and_private_with_either_api() {
+    in_private_mount_ns(|| {
+        for api in [MountApi::Auto, MountApi::Classic] {
+            let l = layout();
+            let root = Root::open(&l.root).unwrap();
+            let dest = Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+            let used = root.bind_mount(&l.source, dest, &DRIVER_FILE, api).unwrap();
+            if api == MountApi::Classic {
+                assert_eq!(used, MountApi::Classic);
+            }
+            let host_path = l.root.join("usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+            assert_eq!(fs::read(&host_path).unwrap(), b"driver bytes", "{api:?}");
+            let line = mountinfo_line(&host_path).unwrap_or_else(|| panic!("{api:?}: not mounted"));
+            let mount_options = line.split(' ').nth(5).unwrap();
+            for flag in ["ro", "nosuid", "nodev"] {
+                assert!(mount_options.split(',').any(|o| o == flag), "{api:?}: {flag} missing in {line}");
+            }
+            // Optional fields (peer groups) sit between field 6 and the " - " separator: private
+            // means none of shared:/master:.
+            let optional = line.split(" - ").next().unwrap();
+            assert!(!optional.contains("shared:"), "{api:?}: not private: {line}");
+            let write = fs::OpenOptions::new().write(true).open(&host_path).unwrap_err();
+            assert_eq!(write.raw_os_error(), Some(nix::libc::EROFS), "{api:?}");
+            // The parents were made 0755 whatever the umask.
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(l.root.join("usr/lib")).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o755);
+            unmount(&host_path);
+        }
+    });
+}
+
+#[test]
+fn a_directory_source_gets_a_directory_mountpoint() {
+    in_private_mount_ns(|| {
+        let l = layout();
+        let src_dir = l.host.join("firmware");
+        fs::create_dir_all(&src_dir).unwrap();
+        fs::write(src_dir.join("gsp.bin"), b"fw").unwrap();
+        let root = Root::open(&l.root).unwrap();
+        root.bind_mount(&src_dir, Path::new("/lib/firmware/nvidia/550"), &DRIVER_FILE, MountApi::Auto)
+            .unwrap();
+        let mounted = l.root.join("lib/firmware/nvidia/550");
+        assert_eq!(fs::read(mounted.join("gsp.bin")).unwrap(), b"fw");
+        unmount(&mounted);
+    });
+}
+
+#[test]
+fn image_symlinks_keep_the_mount_inside_the_root() {
+    in_private_mount_ns(|| {
+        for (name, target) in [("absolute", None), ("relative", Some("../../../../../../../../../.."))] {
+            let l = layout();
+            fs::create_dir_all(l.root.join("usr/lib")).unwrap();
+            // usr/lib/x86_64-linux-gnu -> <host dir>, written the way the image would.
+            let link_target = match target {
+                None => l.host.clone(),
+                Some(ups) => PathBuf::from(format!("{ups}{}", l.host.display())),
+            };
+            symlink(&link_target, l.root.join("usr/lib/x86_64-linux-gnu")).unwrap();
+            // Where the link leads when followed inside the root: missing, so made there (as runc
+            // makes mountpoints).
+            let inside_dir = l.root.join(l.host.strip_prefix("/").unwrap());
+            let root = Root::open(&l.root).unwrap();
+            root.bind_mount(
+                &l.source,
+                Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+                &DRIVER_FILE,
+                MountApi::Auto,
+            )
+            .unwrap();
+            assert_eq!(fs::read_dir(&l.host).unwrap().count(), 0, "{name}: a file appeared in the host dir");
+            assert!(mountinfo_line(&l.host.join("libcuda.so.1")).is_none(), "{name}: mounted on the host");
+            // Followed inside the root instead: <root>/<host path>/libcuda.so.1.
+            let inside = inside_dir.join("libcuda.so.1");
+            assert_eq!(fs::read(&inside).unwrap(), b"driver bytes", "{name}");
+            unmount(&inside);
+        }
+    });
+}
+
+#[test]
+fn a_proc_magic_link_a_procfs_target_and_a_link_loop_are_refused_and_a_dangling_link_stays_inside() {
+    in_private_mount_ns(|| {
+        let l = layout();
+        let proc_dir = l.root.join("proc");
+        fs::create_dir_all(&proc_dir).unwrap();
+        // The container's own procfs, as runc has mounted it by the time createContainer hooks run.
+        nix::mount::mount(Some("proc"), &proc_dir, Some("proc"), MsFlags::empty(), None::<&str>).unwrap();
+        fs::create_dir_all(l.root.join("usr/lib")).unwrap();
+        fs::create_dir_all(l.root.join("usr/share")).unwrap();
+        let via_proc_root = format!("/proc/1/root{}", l.host.display());
+        symlink(&via_proc_root, l.root.join("usr/lib/x86_64-linux-gnu")).unwrap();
+        symlink("/proc/sys/kernel", l.root.join("usr/share/nvidia")).unwrap();
+        symlink("/nowhere/at/all", l.root.join("usr/lib/dangling.so")).unwrap();
+        symlink("/usr/lib/loop2.so", l.root.join("usr/lib/loop1.so")).unwrap();
+        symlink("/usr/lib/loop1.so", l.root.join("usr/lib/loop2.so")).unwrap();
+        let root = Root::open(&l.root).unwrap();
+        let bind = |dest: &str| root.bind_mount(&l.source, Path::new(dest), &DRIVER_FILE, MountApi::Auto);
+
+        let err = bind("/usr/lib/x86_64-linux-gnu/libcuda.so.1").unwrap_err().to_string();
+        // ELOOP (RESOLVE_NO_MAGICLINKS, explained as a magic link) or, before that, EACCES from
+        // procfs's own check on another namespace's /proc/1/root: refused either way.
+        let refused = err.contains("magic link") || err.contains("Permission denied");
+        assert!(err.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.1") && refused, "{err}");
+        assert_eq!(fs::read_dir(&l.host).unwrap().count(), 0);
+
+        // An existing procfs file behind an image symlink: refused by file system type.
+        let err = bind("/usr/share/nvidia/ostype").unwrap_err().to_string();
+        assert!(err.contains("procfs"), "{err}");
+        assert!(mountinfo_line(Path::new("/proc/sys/kernel/ostype")).is_none());
+        // A new mountpoint in a procfs directory behind an image symlink: refused before any
+        // attempt to make it there.
+        let err = bind("/usr/share/nvidia/nvoptix.bin").unwrap_err().to_string();
+        assert!(err.contains("procfs") && err.contains("refusing to mount there"), "{err}");
+
+        // A dangling link at the mountpoint: its target is made inside the root and mounted on.
+        bind("/usr/lib/dangling.so").unwrap();
+        assert_eq!(fs::read(l.root.join("nowhere/at/all")).unwrap(), b"driver bytes");
+        assert!(!Path::new("/nowhere").exists());
+        unmount(&l.root.join("nowhere/at/all"));
+        // A loop of links is refused, not followed forever.
+        let err = bind("/usr/lib/loop1.so").unwrap_err().to_string();
+        assert!(err.contains("/usr/lib/loop1.so"), "{err}");
+        unmount(&proc_dir);
+    });
+}
+
+#[test]
+fn a_mountpoint_of_the_wrong_type_or_a_fifo_never_blocks_or_mixes() {
+    in_private_mount_ns(|| {
+        let l = layout();
+        fs::create_dir_all(l.root.join("usr/bin/nvidia-smi")).unwrap();
+        let root = Root::open(&l.root).unwrap();
+        let err = root
+            .bind_mount(&l.source, Path::new("/usr/bin/nvidia-smi"), &DRIVER_FILE, MountApi::Auto)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mountpoint in the image is one"), "{err}");
+        // A FIFO the image put at the mountpoint is opened O_PATH (no reader needed) and covered.
+        let fifo = l.root.join("etc/nvidia.icd");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        root.bind_mount(&l.source, Path::new("/etc/nvidia.icd"), &DRIVER_FILE, MountApi::Auto).unwrap();
+        assert_eq!(fs::read(&fifo).unwrap(), b"driver bytes");
+        unmount(&fifo);
+    });
+}
+
+#[test]
+fn a_missing_source_names_itself() {
+    in_private_mount_ns(|| {
+        let l = layout();
+        let root = Root::open(&l.root).unwrap();
+        let missing = l.host.join("libnvidia-ml.so.1");
+        let err =
+            root.bind_mount(&missing, Path::new("/usr/lib/x.so"), &DRIVER_FILE, MountApi::Auto).unwrap_err();
+        assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
+        assert!(!l.root.join("usr/lib/x.so").exists(), "nothing is created for a source that is not there");
+    });
+}
