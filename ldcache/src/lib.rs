@@ -117,6 +117,9 @@ pub const MAX_DIRS: usize = 1024;
 pub const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// Cache entries in all.
 pub const MAX_ENTRIES: usize = 1 << 18;
+/// The largest image `ld.so.cache` [`plan_incremental`] reads (a cache of [`MAX_ENTRIES`] real
+/// entries is far smaller).
+pub const MAX_CACHE_BYTES: u64 = 64 << 20;
 
 /// What to add to the image's own configuration.
 #[derive(Debug, Clone, Default)]
@@ -224,8 +227,134 @@ fn not_found(e: &RootError) -> bool {
     e.kind() == std::io::ErrorKind::NotFound
 }
 
-/// Plans the cache and links for `root` (the container's rootfs).
+/// Plans the cache and links for `root` (the container's rootfs): a full scan of every library
+/// directory, as ldconfig does.
 pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
+    let (dirs, hwcaps_seen) = library_dirs(root, options)?;
+    let mut entries = Vec::new();
+    let mut links = Vec::new();
+    for dir in &dirs {
+        search_dir(root, dir, &|_| true, &mut entries, &mut links)?;
+        if entries.len() > MAX_ENTRIES {
+            return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
+        }
+    }
+    finish(entries, &hwcaps_seen, links)
+}
+
+/// [`plan`]'s result for a root whose own `/etc/ld.so.cache` is current, at the cost of reading
+/// only the `injected` files (absolute inside the root) and their namesakes, instead of every
+/// library of the image.
+///
+/// The image's entries are kept, each under the name [`plan`] would list its directory by (a
+/// directory reached under two names, as `/lib/<triple>` and `/usr/lib/<triple>` are in a
+/// usr-merged image, is listed under the first in the scan order, which the injected folders
+/// lead), and in that directory order; in each injected folder the files whose names begin like
+/// an injected library's (`libcuda.so` for `libcuda.so.550.54.15`) are scanned as [`plan`] scans
+/// them, replacing the image's entries for the SONAMEs found, with the SONAME links made there.
+/// Entries of directories no longer configured are dropped. Whenever that cannot give
+/// [`plan`]'s answer it does the full scan instead: no cache, one that does not parse, one with
+/// glibc-hwcaps or legacy hwcap entries, or nothing injected. What it knowingly does not redo is
+/// the rest of the image's own state: libraries of the image its cache does not list (a stale
+/// cache stays as stale as it was) and SONAME links missing outside the injected files.
+pub fn plan_incremental(
+    root: &Root,
+    options: &Options,
+    injected: &[PathBuf],
+) -> Result<Update, LdCacheError> {
+    let full = |why: &str| {
+        tracing::debug!(why, "full scan");
+        plan(root, options)
+    };
+    // The injected libraries by folder: which file-name stems to scan there.
+    let mut stems: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for file in injected {
+        let (Some(dir), Some(name)) =
+            (file.parent().and_then(Path::to_str), file.file_name().and_then(|n| n.to_str()))
+        else {
+            continue;
+        };
+        if !options.extra_dirs.iter().any(|d| d.as_os_str() == dir) || !looks_like_dso(name.as_bytes()) {
+            continue;
+        }
+        if let Some(at) = name.find(".so") {
+            stems.entry(dir.to_owned()).or_default().insert(name[..at + 3].to_owned());
+        }
+    }
+    if stems.is_empty() {
+        return full("no injected library");
+    }
+    let image_cache = match root.read_optional(Path::new(CACHE_PATH), MAX_CACHE_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return full("the image has no ld.so.cache"),
+        Err(e) => {
+            tracing::debug!(error = %e, "image ld.so.cache unreadable");
+            return full("the image's ld.so.cache is unreadable");
+        }
+    };
+    let image_entries = match parse(&image_cache) {
+        Ok(entries) => entries,
+        Err(_) => return full("the image's ld.so.cache does not parse"),
+    };
+    if image_entries.iter().any(|e| e.hwcap != 0) {
+        return full("the image's ld.so.cache has hwcap entries");
+    }
+    if image_entries.len() > MAX_ENTRIES {
+        return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
+    }
+    let (dirs, hwcaps_seen) = library_dirs(root, options)?;
+    if dirs.iter().any(|d| d.hwcaps.is_some()) {
+        return full("the image has glibc-hwcaps directories");
+    }
+    // Which of `dirs` each image entry's directory is (by device and inode, as ldconfig
+    // deduplicates), looked up once per distinct directory name.
+    let mut dir_index: HashMap<(u64, u64), usize> = HashMap::new();
+    for (i, d) in dirs.iter().enumerate() {
+        if let Ok(Some(m)) = root.metadata(Path::new(&d.path)) {
+            dir_index.entry((m.dev(), m.ino())).or_insert(i);
+        }
+    }
+    let mut by_name: HashMap<String, Option<usize>> = HashMap::new();
+    let mut kept: Vec<Vec<Entry>> = vec![Vec::new(); dirs.len()];
+    for entry in image_entries {
+        let Some((parent, file)) = entry.path.rsplit_once('/') else { continue };
+        let index = *by_name.entry(parent.to_owned()).or_insert_with(|| {
+            let parent = if parent.is_empty() { "/" } else { parent };
+            root.metadata(Path::new(parent))
+                .ok()
+                .flatten()
+                .and_then(|m| dir_index.get(&(m.dev(), m.ino())).copied())
+        });
+        if let Some(i) = index {
+            let path = join(&dirs[i].path, file);
+            kept[i].push(Entry { path, ..entry });
+        }
+    }
+    let mut entries = Vec::new();
+    let mut links = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let Some(dir_stems) = stems.get(&dir.path) else {
+            entries.extend(kept[i].drain(..).map(|e| (e, None)));
+            continue;
+        };
+        let mut scanned = Vec::new();
+        search_dir(
+            root,
+            dir,
+            &|name| dir_stems.iter().any(|s| name.starts_with(s.as_str())),
+            &mut scanned,
+            &mut links,
+        )?;
+        let found: BTreeSet<String> = scanned.iter().map(|(e, _)| e.key.clone()).collect();
+        entries.extend(scanned);
+        entries.extend(kept[i].drain(..).filter(|e| !found.contains(&e.key)).map(|e| (e, None)));
+    }
+    finish(entries, &hwcaps_seen, links)
+}
+
+/// The directories ldconfig scans, in order, deduplicated (with the glibc-hwcaps subdirectory
+/// names seen on the way).
+fn library_dirs(root: &Root, options: &Options) -> Result<(Vec<Dir>, BTreeSet<String>), LdCacheError> {
     let mut lines = Vec::new();
     for d in &options.extra_dirs {
         let s = d.to_str().ok_or_else(|| LdCacheError::Conf {
@@ -274,14 +403,15 @@ pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
         }
     }
 
-    let mut entries = Vec::new();
-    let mut links = Vec::new();
-    for dir in &dirs {
-        search_dir(root, dir, &mut entries, &mut links)?;
-        if entries.len() > MAX_ENTRIES {
-            return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
-        }
-    }
+    Ok((dirs, hwcaps_seen))
+}
+
+/// The cache of `entries` (in scan order) and the links, as one [`Update`].
+fn finish(
+    entries: Vec<(Entry, Option<String>)>,
+    hwcaps_seen: &BTreeSet<String>,
+    links: Vec<Link>,
+) -> Result<Update, LdCacheError> {
     // The hwcaps section lists the subdirectory names that hold a library, sorted; an entry's hwcap
     // field is the extension bit, the library's ISA level and its name's index there.
     let mut used: Vec<String> = entries.iter().filter_map(|(_, h)| h.clone()).collect();
@@ -367,6 +497,7 @@ fn add_hwcaps_subdirs(
 fn search_dir(
     root: &Root,
     dir: &Dir,
+    scan: &dyn Fn(&str) -> bool,
     entries: &mut Vec<(Entry, Option<String>)>,
     links: &mut Vec<Link>,
 ) -> Result<(), LdCacheError> {
@@ -391,6 +522,9 @@ fn search_dir(
             continue;
         }
         let Some(name) = name.to_str().map(str::to_owned) else { continue };
+        if !scan(&name) {
+            continue;
+        }
         let file = join(&dir.path, &name);
         let mut is_link = ty == EntryType::Symlink;
         // Symlinks are followed inside the root; dangling ones, directories and devices are not
@@ -704,5 +838,125 @@ mod tests {
         ] {
             assert_eq!(looks_like_dso(n.as_bytes()), want, "{n}");
         }
+    }
+
+    /// An image as its own ldconfig left it: libraries in the multiarch directory (reached as
+    /// `/lib/<triple>` too, usr-merged), one in a configured directory, and its cache.
+    fn image_with_cache() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        put(root, "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", &so("libz.so.1"));
+        symlink("libz.so.1.2.13", root.join("usr/lib/x86_64-linux-gnu/libz.so.1")).unwrap();
+        put(root, "/usr/lib/x86_64-linux-gnu/libc.so.6", &so("libc.so.6"));
+        symlink("usr/lib", root.join("lib")).unwrap();
+        put(root, "/opt/img/libimg.so.3", &so("libimg.so.3"));
+        put(root, "/etc/ld.so.conf", b"/opt/img\n");
+        let image = plan_at(root, &[]).unwrap();
+        for link in &image.links {
+            symlink(&link.target, root.join(link.path.strip_prefix("/").unwrap())).unwrap();
+        }
+        put(root, CACHE_PATH, &image.cache);
+        dir
+    }
+
+    /// The driver as the CDI spec's mounts leave it: versioned files (their SONAME links are the
+    /// cache builder's to make), one with a namesake the image already has.
+    fn inject_driver(root: &Path) -> Vec<PathBuf> {
+        let files = [
+            ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "libcuda.so.1"),
+            ("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "libnvidia-ml.so.1"),
+            ("/usr/lib/nvidia/libnvidia-ptxjitcompiler.so.550.54.15", "libnvidia-ptxjitcompiler.so.1"),
+        ];
+        for (path, soname) in files {
+            put(root, path, &so(soname));
+        }
+        // Not libraries: skipped as ldconfig skips them.
+        put(root, "/usr/lib/x86_64-linux-gnu/nvidia.icd", b"{}");
+        let mut injected: Vec<PathBuf> = files.iter().map(|(p, _)| PathBuf::from(p)).collect();
+        injected.push("/usr/lib/x86_64-linux-gnu/nvidia.icd".into());
+        injected
+    }
+
+    fn plan_incremental_at(
+        root: &Path,
+        extra: &[&str],
+        injected: &[PathBuf],
+    ) -> Result<Update, LdCacheError> {
+        let options = Options { extra_dirs: extra.iter().map(PathBuf::from).collect() };
+        plan_incremental(&Root::open(root).unwrap(), &options, injected)
+    }
+
+    #[test]
+    fn incremental_equals_a_full_scan_over_a_current_image_cache() {
+        let dir = image_with_cache();
+        let root = dir.path();
+        let injected = inject_driver(root);
+        let folders = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/nvidia"];
+        let full = plan_at(root, &folders).unwrap();
+        let incremental = plan_incremental_at(root, &folders, &injected).unwrap();
+        assert_eq!(parse(&incremental.cache).unwrap(), parse(&full.cache).unwrap());
+        assert_eq!(incremental, full, "cache bytes and links");
+        // The image's usr-merged entries moved to the folder's name, as the full scan lists them.
+        let entries = parse(&full.cache).unwrap();
+        assert!(entries.iter().any(|e| e.path == "/usr/lib/x86_64-linux-gnu/libz.so.1"), "{entries:?}");
+        assert!(entries.iter().any(|e| e.path == "/opt/img/libimg.so.3"));
+        let mut links: Vec<_> = full.links.iter().map(|l| l.path.display().to_string()).collect();
+        links.sort();
+        assert_eq!(
+            links,
+            [
+                "/usr/lib/nvidia/libnvidia-ptxjitcompiler.so.1",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+            ]
+        );
+    }
+
+    #[test]
+    fn incremental_reads_only_the_injected_files_and_their_namesakes() {
+        let dir = image_with_cache();
+        let root = dir.path();
+        let injected = inject_driver(root);
+        // A library of the image its cache does not list (a stale cache): the full scan finds it,
+        // the incremental one keeps the image's view. A namesake of an injected library is scanned.
+        put(root, "/usr/lib/x86_64-linux-gnu/libstale.so.9", &so("libstale.so.9"));
+        put(root, "/usr/lib/x86_64-linux-gnu/libcuda.so.1.0-image", &so("libcuda.so.1"));
+        let folders = ["/usr/lib/x86_64-linux-gnu"];
+        let full = keys(&plan_at(root, &folders).unwrap());
+        let incremental = keys(&plan_incremental_at(root, &folders, &injected).unwrap());
+        let stale = |k: &String| k.starts_with("libstale.so.9 ");
+        assert!(full.iter().any(stale) && !incremental.iter().any(stale), "{full:?} {incremental:?}");
+        let without_stale: Vec<String> = full.into_iter().filter(|k| !stale(k)).collect();
+        assert_eq!(incremental, without_stale);
+    }
+
+    #[test]
+    fn incremental_falls_back_to_the_full_scan_when_it_cannot_be_exact() {
+        let dir = image_with_cache();
+        let root = dir.path();
+        let injected = inject_driver(root);
+        let folders = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/nvidia"];
+        // A stale library makes the two differ, so each fallback shows as the full result.
+        put(root, "/usr/lib/x86_64-linux-gnu/libstale.so.9", &so("libstale.so.9"));
+        let full = plan_at(root, &folders).unwrap();
+        assert_eq!(plan_incremental_at(root, &folders, &[]).unwrap(), full, "nothing injected");
+        for cache in [b"not a cache".to_vec(), Vec::new()] {
+            put(root, CACHE_PATH, &cache);
+            assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full);
+        }
+        fs::remove_file(root.join("etc/ld.so.cache")).unwrap();
+        assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "no cache");
+        let hwcap = format::encode(
+            &[Entry {
+                key: "libz.so.1".into(),
+                path: "/usr/lib/x86_64-linux-gnu/libz.so.1".into(),
+                flags: 0x0303,
+                hwcap: 1,
+            }],
+            "test",
+        )
+        .unwrap();
+        put(root, CACHE_PATH, &hwcap);
+        assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "hwcap entries");
     }
 }

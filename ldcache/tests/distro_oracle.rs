@@ -478,3 +478,87 @@ fn bullseye_multiarch_folder() {
 fn bullseye_own_folder() {
     compare_suite("bullseye", OWN_FOLDER);
 }
+
+/// The hook's incremental cache ([`nvinject_ldcache::plan_incremental`], what it builds when the
+/// shim tells it which files it mounted) against its full scan ([`nvinject_ldcache::plan`], the
+/// ldconfig equivalent `compare_suite` checks), on a real tree whose own cache is current (its
+/// ldconfig run first, as at image build). They must agree byte for byte, cache and links. The
+/// incremental plan is made while the tree's libz is moved away (its cache still lists it, and the
+/// incremental plan reads that, not the directory), and the full scan once it is back: they can
+/// only agree if the incremental path was taken, which a full scan without libz shows.
+fn incremental_matches_full(suite: &str, folder: &str) {
+    use nvinject_fsio::root::Root;
+    use nvinject_ldcache::{Options, plan, plan_incremental};
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(is_root(), "this test needs root (chroot, and unpacking the rootfs with its owners)");
+    let tmp = tempfile::Builder::new().prefix("nvinject-ldcache-incr-").tempdir().unwrap();
+    let libs = driver_libs(tmp.path());
+    let root = tmp.path().join("tree");
+    unpack(&tarball(suite), &root);
+    chroot(&root, &["/sbin/ldconfig"]);
+    inject(&root, &libs, folder);
+    let mut injected: Vec<PathBuf> = fs::read_dir(&libs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| Path::new(folder).join(e.file_name()))
+        .collect();
+    injected.extend(DEV_LINKS.iter().map(|(link, _)| Path::new(folder).join(link)));
+    // As the hook does first.
+    fs::write(inside(&root, "/etc/ld.so.conf.d/00-nvinject.conf"), format!("{folder}\n")).unwrap();
+    // Usr-merged trees have it in /usr/lib/<triple>, bullseye in /lib/<triple>.
+    let has_libz = |d: &PathBuf| {
+        fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name() == "libz.so.1")))
+    };
+    let lib_dir = [inside(&root, MULTIARCH), inside(&root, "/lib/x86_64-linux-gnu")]
+        .into_iter()
+        .find(has_libz)
+        .unwrap_or_else(|| panic!("{suite}: no libz.so.1 in either multiarch directory"));
+    let away = tmp.path().join("away");
+    fs::create_dir_all(&away).unwrap();
+    let libz: Vec<_> = fs::read_dir(&lib_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("libz.so.1"))
+        .collect();
+    for n in &libz {
+        fs::rename(lib_dir.join(n), away.join(n)).unwrap();
+    }
+
+    let options = Options { extra_dirs: vec![PathBuf::from(folder)] };
+    let tree = Root::open(&root).unwrap();
+    let incremental = plan_incremental(&tree, &options, &injected).unwrap();
+    let without_libz = plan(&tree, &options).unwrap();
+    assert!(incremental.cache != without_libz.cache, "{suite}: the incremental path was not taken");
+    for n in &libz {
+        fs::rename(away.join(n), lib_dir.join(n)).unwrap();
+    }
+    let full = plan(&tree, &options).unwrap();
+    assert_eq!(parse(&incremental.cache).unwrap(), parse(&full.cache).unwrap(), "{suite} {folder}: entries");
+    assert_eq!(incremental.links, full.links, "{suite} {folder}: links");
+    assert!(incremental.cache == full.cache, "{suite} {folder}: cache bytes differ");
+    eprintln!(
+        "{suite} ({folder}): incremental = full scan: {} entries, {} links",
+        parse(&full.cache).unwrap().len(),
+        full.links.len()
+    );
+}
+
+#[test]
+fn bookworm_incremental() {
+    incremental_matches_full("bookworm", MULTIARCH);
+    incremental_matches_full("bookworm", OWN_FOLDER);
+}
+
+#[test]
+fn trixie_incremental() {
+    incremental_matches_full("trixie", MULTIARCH);
+    incremental_matches_full("trixie", OWN_FOLDER);
+}
+
+#[test]
+fn bullseye_incremental() {
+    incremental_matches_full("bullseye", MULTIARCH);
+    incremental_matches_full("bullseye", OWN_FOLDER);
+}
