@@ -3,7 +3,11 @@
 //! ```text
 //! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
+//! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
+//! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--folder <dir> ...]
 //! ```
+//! `--mount`s (which the shim adds; specs never carry them) are made first, before the subcommand's
+//! own work, so one run can do both.
 //! Both read the OCI state from stdin. Messages go to stderr, which runc includes in its error.
 //!
 //! Only a static build (no dynamic loader) may run: see the crate documentation and
@@ -14,12 +18,21 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use nvinject_fsio::mount::MountApi;
 use nvinject_fsio::root::Root;
 use nvinject_hook as hook;
 
 #[derive(Parser, Debug)]
 #[command(name = "nvinject-hook", version, about = "OCI createContainer hook for nvinject CDI specs")]
 struct Cli {
+    /// A bind mount to make before anything else:
+    /// `<host source>::<destination in the container>::<OCI options, comma-separated>`.
+    #[arg(long = "mount")]
+    mounts: Vec<String>,
+    /// Use mount(2) and a remount even where the kernel has open_tree/move_mount (a test knob for
+    /// the path older kernels take).
+    #[arg(long, hide = true)]
+    classic_mount_api: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -31,6 +44,22 @@ enum Cmd {
         /// `<target>::<link>`; the link path is absolute inside the container.
         #[arg(long = "link")]
         links: Vec<String>,
+    },
+    /// Only the `--mount`s (the shim's own hook run, when no nvinject hook runs first).
+    BindMounts,
+    /// The `--mount`s, then create-symlinks' links, then update-ldcache's cache, in one run (the
+    /// shim merges a spec's runs into this); the cache is built from the image's own plus what
+    /// this run mounted and linked.
+    Inject {
+        /// As create-symlinks' `--link`.
+        #[arg(long = "link")]
+        links: Vec<String>,
+        /// As update-ldcache's `--folder`.
+        #[arg(long = "folder")]
+        folders: Vec<PathBuf>,
+        /// Accepted and ignored, as by update-ldcache.
+        #[arg(long, hide = true)]
+        ldconfig_path: Option<PathBuf>,
     },
     /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
     UpdateLdcache {
@@ -97,7 +126,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let root_path = hook::container_root(&state.bundle)?;
     hook::check_before_pivot(&root_path)?;
     let root = Root::open(&root_path)?;
+    // Parsed before anything is done, so a bad argument changes nothing.
+    let binds = cli.mounts.iter().map(|m| hook::Bind::parse(m)).collect::<Result<Vec<_>, _>>()?;
+    let api = if cli.classic_mount_api { MountApi::Classic } else { MountApi::Auto };
+    hook::bind_mounts(&root, &binds, api)?;
     match cli.command {
+        Cmd::BindMounts => {}
         Cmd::CreateSymlinks { links } => {
             let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
             hook::create_symlinks(&root, &links)?;
@@ -106,7 +140,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(ignored) = ldconfig_path {
                 tracing::debug!(ldconfig = %ignored.display(), "--ldconfig-path ignored: no program is run");
             }
-            hook::update_ldcache(&root, &folders)?;
+            hook::update_ldcache(&root, &folders, &[])?;
+        }
+        Cmd::Inject { links, folders, ldconfig_path: _ } => {
+            let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
+            hook::create_symlinks(&root, &links)?;
+            if !folders.is_empty() {
+                let injected: Vec<PathBuf> = binds
+                    .iter()
+                    .map(|b| b.destination.clone())
+                    .chain(links.iter().map(|l| l.link.clone()))
+                    .collect();
+                hook::update_ldcache(&root, &folders, &injected)?;
+            }
         }
     }
     Ok(())
