@@ -8,10 +8,15 @@
 //! (container create, start, exit, delete) for, interleaved:
 //! - `runc`: containerd's runc shim alone (`io.containerd.runc.v2`);
 //! - `nvinject`: our runtime, no device requested (the proxy's own overhead);
-//! - `nvinject+gpu`: our runtime, one GPU requested (injection, plus the CDI hooks runc runs).
+//! - `nvinject+gpu`: our runtime, one GPU requested, as it runs by default (`[runtime]
+//!   one-hook-run`): the injected bind mounts and the spec's two hook runs done by one
+//!   `nvinject-hook inject` process, the cache built from the image's own;
+//! - `nvinject+gpu, runc mounts`: the same with `one-hook-run = false`: runc making each mount and
+//!   running each hook, the cache built by a full scan (how every GPU container started before).
 //!
 //! Then where the GPU case's extra time goes: the same request against copies of the spec under
-//! other kinds (no hooks, only the `create-symlinks` hooks, only the `update-ldcache` hook),
+//! other kinds (no hooks and no mounts; no hooks, so runc makes the mounts; only the
+//! `create-symlinks` hook, only the `update-ldcache` hook, either taking the mounts into its run),
 //! interleaved with runc; the shim's own time per container from its log lines (read config.json,
 //! resolve and apply, write); and the proxy's memory per pod (RSS and PSS of the proxy process while
 //! a container runs, next to the runc shim's). Figures are printed; nothing is asserted.
@@ -151,6 +156,34 @@ fn filter_hooks(
     }
 }
 
+/// A copy of the spec under kind `kind` with no mounts and no hooks (devices and env only).
+fn spec_without_mounts_or_hooks(spec: &Value, kind: &str) -> Value {
+    let mut spec = spec_variant(spec, kind, |_| false);
+    let strip = |edits: Option<&mut Value>| {
+        if let Some(obj) = edits.and_then(Value::as_object_mut) {
+            obj.remove("mounts");
+        }
+    };
+    strip(spec.get_mut("containerEdits"));
+    if let Some(devices) = spec.get_mut("devices").and_then(Value::as_array_mut) {
+        for d in devices {
+            strip(d.get_mut("containerEdits"));
+        }
+    }
+    spec
+}
+
+/// Sets `[runtime] one-hook-run` in the node's config (read by the shim at every start).
+fn set_mounts_in_hook(config_path: &std::path::Path, in_hook: bool) {
+    let config = std::fs::read_to_string(config_path).expect("config");
+    let cleaned: String =
+        config.lines().filter(|l| !l.starts_with("one-hook-run")).map(|l| format!("{l}\n")).collect();
+    let updated = cleaned.replacen("[runtime]\n", &format!("[runtime]\none-hook-run = {in_hook}\n"), 1);
+    if updated != config {
+        std::fs::write(config_path, updated).expect("config");
+    }
+}
+
 fn pss_kib(pid: i32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -173,23 +206,32 @@ fn main() {
     let node = GpuNode::start(&NodeOptions { log_level: "info".into(), ..Default::default() })
         .unwrap_or_else(|e| panic!("node setup: {e}"));
     let exit0 = vec![PROBE_PATH.to_owned(), "exit".to_owned(), "0".to_owned()];
-    let variants: [(&'static str, RunOptions); 3] = [
-        ("runc", RunOptions { runtime: RUNC_RUNTIME.into(), command: exit0.clone(), ..Default::default() }),
-        ("nvinject", RunOptions { command: exit0.clone(), ..Default::default() }),
+    let gpu1 = vec![("cdi.k8s.io/bench".into(), "nvidia.com/gpu=1".into())];
+    // (name, run, one-hook-run)
+    let variants: [(&'static str, RunOptions, bool); 4] = [
+        (
+            "runc",
+            RunOptions { runtime: RUNC_RUNTIME.into(), command: exit0.clone(), ..Default::default() },
+            true,
+        ),
+        ("nvinject", RunOptions { command: exit0.clone(), ..Default::default() }, true),
         (
             "nvinject+gpu",
-            RunOptions {
-                command: exit0.clone(),
-                annotations: vec![("cdi.k8s.io/bench".into(), "nvidia.com/gpu=1".into())],
-                ..Default::default()
-            },
+            RunOptions { command: exit0.clone(), annotations: gpu1.clone(), ..Default::default() },
+            true,
+        ),
+        (
+            "nvinject+gpu, runc mounts",
+            RunOptions { command: exit0.clone(), annotations: gpu1.clone(), ..Default::default() },
+            false,
         ),
     ];
     let mut series: Vec<Series> =
-        variants.iter().map(|(name, _)| Series { name, samples: Vec::new() }).collect();
+        variants.iter().map(|(name, _, _)| Series { name, samples: Vec::new() }).collect();
 
     // Warm up page cache, snapshotter and binaries.
-    for (i, (_, opts)) in variants.iter().enumerate() {
+    for (i, (_, opts, in_hook)) in variants.iter().enumerate() {
+        set_mounts_in_hook(&node.config_path, *in_hook);
         for w in 0..2 {
             let r = node.run(&format!("warm-{i}-{w}"), opts).expect("warm-up run");
             assert_eq!(r.status, 0, "warm-up failed: {}", r.stderr);
@@ -198,7 +240,8 @@ fn main() {
     let mut samples = SampleLog::from_env();
     let load_before = loadavg();
     for round in 0..runs {
-        for (i, (name, opts)) in variants.iter().enumerate() {
+        for (i, (name, opts, in_hook)) in variants.iter().enumerate() {
+            set_mounts_in_hook(&node.config_path, *in_hook);
             let id = format!("b-{i}-{round}");
             let t = Instant::now();
             let r = node.run(&id, opts).expect("run");
@@ -209,12 +252,13 @@ fn main() {
     }
 
     let load_after = loadavg();
-    samples.write("main", &[&series[0], &series[1], &series[2]]);
+    set_mounts_in_hook(&node.config_path, true);
+    samples.write("main", &[&series[0], &series[1], &series[2], &series[3]]);
     println!(
         "\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved \
          (load average {load_before} before, {load_after} after) =="
     );
-    print_table(&[&series[0], &series[1], &series[2]], &series[0]);
+    print_table(&[&series[0], &series[1], &series[2], &series[3]], &series[0]);
     let base = series[0].median();
     println!(
         "ratio nvinject/runc (no device, the proxy alone): {:.3} (median), {:.3} (mean)",
@@ -228,6 +272,12 @@ fn main() {
         p90(&series[2]) / p90(&series[0]),
         series[2].mean() / series[0].mean()
     );
+    println!(
+        "ratio with runc making the mounts (one-hook-run = false, as before): {:.3} (median), {:.3} (p90), {:.3} (mean)",
+        series[3].median() / base,
+        p90(&series[3]) / p90(&series[0]),
+        series[3].mean() / series[0].mean()
+    );
 
     // Where the GPU case's extra time goes: the same request against copies of the spec under
     // other kinds, each keeping some of the hooks, interleaved with runc and the full spec. Written
@@ -240,14 +290,30 @@ fn main() {
         .map(|h| h["args"].get(1).and_then(Value::as_str).unwrap_or("?").to_owned())
         .collect();
     println!("\nthe spec's hooks: {}", if hooks.is_empty() { "none".to_owned() } else { hooks.join(", ") });
+    // Without nvinject hooks in a spec the shim has no hook to give mounts to: runc makes them.
     let breakdown: [(&'static str, &str, KeepHook); 3] = [
-        ("gpu, no hooks", "nvinject-bench.example/nohooks", |_| false),
+        ("gpu, no hooks (runc mounts)", "nvinject-bench.example/nohooks", |_| false),
         ("gpu, create-symlinks only", "nvinject-bench.example/symlinks", |h| h == "create-symlinks"),
         ("gpu, update-ldcache only", "nvinject-bench.example/ldcache", |h| h == "update-ldcache"),
     ];
+    let bare_kind = "nvinject-bench.example/bare";
+    let bare_file = node.cdi_dir.join("nvinject-bench.example-bare.json");
+    std::fs::write(
+        &bare_file,
+        serde_json::to_vec(&spec_without_mounts_or_hooks(&spec, bare_kind)).expect("json"),
+    )
+    .expect("write spec variant");
     let mut phase2: Vec<(Series, RunOptions)> = vec![
         (Series { name: "runc", samples: Vec::new() }, variants[0].1.clone()),
         (Series { name: "gpu, all hooks", samples: Vec::new() }, variants[2].1.clone()),
+        (
+            Series { name: "gpu, no mounts, no hooks", samples: Vec::new() },
+            RunOptions {
+                command: exit0.clone(),
+                annotations: vec![("cdi.k8s.io/bench".into(), format!("{bare_kind}=1"))],
+                ..Default::default()
+            },
+        ),
     ];
     for (name, kind, keep) in breakdown {
         let file = node.cdi_dir.join(format!("{}.json", kind.replace('/', "-")));
@@ -281,14 +347,16 @@ fn main() {
          under other kinds), {runs} runs each, interleaved (load average {load_before} before, {load_after} after) =="
     );
     print_table(&phase2, phase2[0]);
-    let no_hooks = phase2[2].median();
+    let bare = phase2[2].median();
     println!(
-        "median cost over runc: injection without hooks (proxy, edits, runc applying mounts and devices) {:+.1} ms; \
-         over that: all hooks {:+.1} ms, create-symlinks {:+.1} ms, update-ldcache {:+.1} ms",
-        no_hooks - phase2[0].median(),
-        phase2[1].median() - no_hooks,
-        phase2[3].median() - no_hooks,
-        phase2[4].median() - no_hooks,
+        "median cost over runc: devices and env only (proxy, edits, runc making the device nodes) {:+.1} ms; \
+         over that: runc making the mounts {:+.1} ms; one hook run making the mounts, links and cache {:+.1} ms \
+         (mounts and links only {:+.1} ms, mounts and cache only {:+.1} ms)",
+        bare - phase2[0].median(),
+        phase2[3].median() - bare,
+        phase2[1].median() - bare,
+        phase2[4].median() - bare,
+        phase2[5].median() - bare,
     );
 
     // The shim's own work per container, from its log lines.

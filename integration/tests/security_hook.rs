@@ -723,21 +723,29 @@ fn the_files_the_hook_writes_cannot_be_turned_into_writes_outside() {
     let dev_link = a.rootfs.join(LIB_DIR.trim_start_matches('/')).join("libcuda.so");
     assert_eq!(fs::read_link(dev_link).unwrap(), Path::new(&format!("{}/created", a.decoy.via_proc())));
 
-    // Mount points of the spec pre-made as links out (a binary's, a library's): runc resolves
-    // mount destinations inside the rootfs; the hook skips a library it cannot open inside it.
+    // Mount points of the spec pre-made as magic links out (a binary's, a library's): the hook
+    // that makes the injected mounts resolves each mountpoint inside the rootfs and refuses a
+    // /proc magic link on the way, so the start fails naming the mountpoint, and nothing is
+    // mounted or created in the decoy (checked by `attack`).
     let plant: Plant = &|r, d| link(r, "/usr/bin/nvidia-smi", &format!("{}/victim", d.via_proc()));
     b.control_reaches("mount-bin-proc1", &t, plant, "/usr/bin/nvidia-smi", "victim");
     let a = b.attack("mount-bin-proc1", plant);
-    a.assert_started_with_correct_cache();
+    a.assert_failed_clearly(&["/usr/bin/nvidia-smi", "/proc magic link"]);
     let plant: Plant =
         &|r, d| link(r, &format!("{LIB_DIR}/libnvidia-ml.so.550.54.15"), &format!("{}/victim", d.via_proc()));
     let lib = format!("{LIB_DIR}/libnvidia-ml.so.550.54.15");
     b.control_reaches("mount-lib-proc1", &t, plant, &lib, "victim");
     let a = b.attack("mount-lib-proc1", plant);
-    assert!(a.run.ok(), "{}", a.run.stderr);
-    // The library is reachable in the container only through the image's magic link, which the
-    // hook does not follow: it is left out of the cache; the other libraries are in it.
+    a.assert_failed_clearly(&[&lib, "/proc magic link"]);
+    // The same plant with a plain link out (absolute): followed inside the rootfs, where the
+    // library is mounted, cached and loads; nothing appears in the decoy.
+    let plant: Plant = &|r, d| {
+        link(r, &format!("{LIB_DIR}/libnvidia-ml.so.550.54.15"), &d.dir.join("victim").to_string_lossy())
+    };
+    let a = b.attack("mount-lib-absolute", plant);
+    a.assert_started_with_correct_cache();
+    let inside = a.rootfs.join(a.decoy.dir.strip_prefix("/").unwrap()).join("victim");
+    assert!(inside.is_file(), "the mountpoint was not made inside the rootfs");
     let lines = a.ldconfig_lines();
-    assert!(!lines.iter().any(|l| l.contains("libnvidia-ml.so")), "{lines:#?}");
     assert!(lines.iter().any(|l| l.trim_start().starts_with("libcuda.so.1 ")), "{lines:#?}");
 }

@@ -481,3 +481,80 @@ fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
     assert_eq!(create_line(&node, "s9-again")["regenerated"], "[]");
     assert_no_leftovers(&node, &["s9", "s9-again"]);
 }
+
+/// The injected mounts of a report, in the order the kernel lists them: target, options,
+/// propagation fields and file system type.
+fn injected_mounts(report: &Value, spec: &Value) -> Vec<(String, String, String, String)> {
+    let targets: Vec<&str> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["containerPath"].as_str().unwrap())
+        .collect();
+    report["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            // The probe image is usr-merged: /lib/firmware/... is listed as /usr/lib/firmware/...
+            let target = m["target"].as_str().unwrap();
+            targets.iter().any(|t| *t == target || target.strip_prefix("/usr") == Some(t))
+        })
+        .map(|m| {
+            let field = |k: &str| m[k].as_str().unwrap().to_owned();
+            (field("target"), field("options"), field("propagation"), field("fstype"))
+        })
+        .collect()
+}
+
+/// `[runtime] one-hook-run` (the default) hands the injected bind mounts and the spec's two
+/// `nvinject-hook` runs to one `inject` run, whose ld.so.cache is built from the image's own; the
+/// container must be exactly what it is when runc makes each mount and runs each hook: the same
+/// mount table (order, options, propagation), the same `ldconfig -p`, the same links, NVML loading.
+#[test]
+fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
+    let _s = serial();
+    let node = node("h100x8");
+    let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
+    let request = RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() };
+
+    let by_hook = node.run("s10-hook", &request).unwrap();
+    assert_eq!(by_hook.status, 0, "{}", by_hook.stderr);
+    let line = create_line(&node, "s10-hook");
+    let spec_mounts = spec["containerEdits"]["mounts"].as_array().unwrap().len();
+    assert_eq!(line["mounts_in_hook"], spec_mounts, "every injected mount goes to the hook: {line}");
+    assert_eq!(line["hooks_merged"], 2, "{line}");
+
+    // The same container with the mounts left to runc (the proxy reads its config per start).
+    let config = std::fs::read_to_string(&node.config_path).unwrap();
+    assert!(config.contains("[runtime]\n"), "{config}");
+    std::fs::write(&node.config_path, config.replace("[runtime]\n", "[runtime]\none-hook-run = false\n"))
+        .unwrap();
+    let by_runc = node.run("s10-runc", &request).unwrap();
+    assert_eq!(by_runc.status, 0, "{}", by_runc.stderr);
+    let runc_line = create_line(&node, "s10-runc");
+    assert_eq!(
+        (&runc_line["mounts_in_hook"], &runc_line["hooks_merged"]),
+        (&Value::from(0), &Value::from(0))
+    );
+
+    let hook_mounts = injected_mounts(by_hook.report(), &spec);
+    let runc_mounts = injected_mounts(by_runc.report(), &spec);
+    assert_eq!(hook_mounts.len(), spec_mounts, "{hook_mounts:#?}");
+    assert_eq!(hook_mounts, runc_mounts);
+    // Nothing else differs either: the whole mount table, in order.
+    assert_eq!(by_hook.report()["mounts"], by_runc.report()["mounts"]);
+    // The incremental cache lists what the full scan lists, in the same order.
+    assert_eq!(by_hook.report()["ldconfig"], by_runc.report()["ldconfig"]);
+    assert!(ldconfig_has(by_hook.report(), "libcuda.so.1"), "{}", by_hook.report()["ldconfig"]);
+    assert_eq!(by_hook.report()["ld_so_conf_d"], by_runc.report()["ld_so_conf_d"]);
+    // What the spec asks (ro, nosuid, nodev; rprivate: no peer group) is what both made.
+    let (target, options, propagation, _) = hook_mounts.iter().find(|m| m.0.contains("libcuda.so")).unwrap();
+    for flag in ["ro", "nosuid", "nodev"] {
+        assert!(options.split(',').any(|o| o == flag), "{target}: {options}");
+    }
+    assert!(!propagation.contains("shared:") && !propagation.contains("master:"), "{target}: {propagation}");
+    // And the library behind the mount works.
+    assert_eq!(by_hook.report()["nvml"]["dlopen"], "ok", "{}", by_hook.report()["nvml"]);
+    assert_no_leftovers(&node, &["s10-hook", "s10-runc"]);
+}

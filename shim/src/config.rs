@@ -76,6 +76,10 @@ pub struct RuntimeConfig {
     pub log_file: Option<PathBuf>,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     pub log_level: String,
+    /// Do the injected bind mounts and the spec's `nvinject-hook` runs in one `nvinject-hook`
+    /// process instead of runc making each mount and running each hook: the same container,
+    /// started faster (`shim::mount_hook`). Off: `config.json` is exactly as CDI applied it.
+    pub one_hook_run: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -84,6 +88,7 @@ impl Default for RuntimeConfig {
             delegate: PathBuf::from("containerd-shim-runc-v2"),
             log_file: None,
             log_level: "info".to_owned(),
+            one_hook_run: true,
         }
     }
 }
@@ -269,6 +274,7 @@ mod tests {
             delegate = "/opt/bin/containerd-shim-runc-v2"
             log-file = "/var/log/nvinject/shim.log"
             log-level = "debug"
+            one-hook-run = false
             [regenerate]
             enabled = false
             sys-root = "/host/sys"
@@ -287,6 +293,8 @@ mod tests {
         assert!(c.requests.accept_env_unprivileged);
         assert!(c.requests.accept_volume_mounts);
         assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
+        assert!(!c.runtime.one_hook_run);
+        assert!(Config::default().runtime.one_hook_run);
         assert_eq!(c.regenerate.sys_root, PathBuf::from("/host/sys"));
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
         assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));

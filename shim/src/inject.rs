@@ -152,6 +152,10 @@ pub struct Outcome {
     pub ignored: Vec<String>,
     /// Spec files regenerated on the way.
     pub regenerated: Vec<PathBuf>,
+    /// Injected bind mounts handed to the one `nvinject-hook` run instead of runc.
+    pub mounts_in_hook: usize,
+    /// The spec's `nvinject-hook` runs merged into that one run.
+    pub hooks_merged: usize,
     /// Whether config.json was rewritten.
     pub wrote: bool,
     /// Microseconds reading and parsing config.json.
@@ -168,6 +172,7 @@ pub struct Injector {
     spec_dirs: Vec<PathBuf>,
     regen_config: RegenerateConfig,
     regenerator: Option<Box<dyn Regenerate>>,
+    one_hook_run: bool,
     // Kept between Creates: unchanged spec files are not parsed again.
     registry: Mutex<Registry>,
 }
@@ -192,6 +197,7 @@ impl Injector {
             spec_dirs: config.cdi.spec_dirs.clone(),
             regen_config: config.regenerate.clone(),
             regenerator: config.regenerate.enabled.then_some(regenerator),
+            one_hook_run: config.runtime.one_hook_run,
             registry: Mutex::new(Registry::scan(&config.cdi.spec_dirs)),
         }
     }
@@ -237,6 +243,13 @@ impl Injector {
             devices: outcome.injected.join(","),
             error,
         })?;
+        if self.one_hook_run
+            && let Some(hook_path) = crate::mount_hook::nvinject_hook_path(&edits.hooks)
+        {
+            let folded = crate::mount_hook::fold_into_one_run(&mut oci, &edits.mounts, hook_path);
+            outcome.mounts_in_hook = folded.mounts;
+            outcome.hooks_merged = folded.hooks_merged;
+        }
         outcome.inject_us = micros(t1);
 
         let t2 = Instant::now();
@@ -439,6 +452,8 @@ impl CreateGate for Injector {
                 already_present = %o.already_present.join(","),
                 ignored = %o.ignored.join("; "),
                 regenerated = ?o.regenerated,
+                mounts_in_hook = o.mounts_in_hook,
+                hooks_merged = o.hooks_merged,
                 wrote = o.wrote,
                 read_us = o.read_us,
                 inject_us = o.inject_us,

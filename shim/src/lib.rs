@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod frame;
 pub mod inject;
 pub mod inner;
+pub mod mount_hook;
 pub mod proxy;
 pub mod regenerate;
 pub mod reply;

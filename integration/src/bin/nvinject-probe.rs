@@ -127,7 +127,10 @@ fn mounts() -> Value {
         .filter_map(|l| {
             let fields: Vec<&str> = l.split(' ').collect();
             let sep = fields.iter().position(|f| *f == "-")?;
-            Some(json!({"target": fields.get(4)?, "fstype": fields.get(sep + 1)?, "source": fields.get(sep + 2)?}))
+            // Options (ro, nosuid, ...) and the optional fields (shared:N, master:N: propagation).
+            let optional = fields.get(6..sep).unwrap_or_default().join(" ");
+            Some(json!({"target": fields.get(4)?, "options": fields.get(5)?, "propagation": optional,
+                "fstype": fields.get(sep + 1)?, "source": fields.get(sep + 2)?}))
         })
         .collect();
     Value::Array(list)

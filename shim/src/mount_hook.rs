@@ -1,0 +1,389 @@
+//! Folding what a GPU adds to a container's start into one `nvinject-hook` process: the injected
+//! bind mounts, and the spec's own `create-symlinks` and `update-ldcache` runs.
+//!
+//! Measured with `runc run` on the config.json of a 1-GPU container (bench notes in the issue 11
+//! closing note): runc makes each mount in `config.json` one at a time (38 driver files: +12 ms
+//! over none), and each hook process costs it about 3 ms before the hook does anything; the
+//! library cache, rebuilt by scanning every library of the image, was another 5 ms. Here the
+//! mounts go to the hook, which makes each in three syscalls with the mountpoint resolved inside
+//! the rootfs (`nvinject_fsio::mount`), the two runs become one `inject` run, and that run, knowing
+//! what it mounted, builds the cache from the image's own (`nvinject_ldcache::plan_incremental`).
+//!
+//! The CDI spec is not changed (other runtimes applying it get every mount and hook from it) and
+//! the container is the same: the `inject` run stands where the spec's runs stood, first among
+//! the createContainer hooks after runc's own mounts, so any later hook still sees the files. When
+//! another hook comes first, the mounts get a `bind-mounts` run of their own before it and the
+//! spec's runs stay as they were. A mount is moved only where that keeps the order mounts are made
+//! in: not when any mount left to runc lies below it (runc would make that one first, and ours
+//! would then cover it), and never in a user namespace (left to runc's id-mapping logic). Mounts
+//! the hook cannot express (other types, options such as `idmap`) stay with runc too.
+//! `[runtime] one-hook-run = false` turns all of it off.
+
+use serde_json::{Value, json};
+
+use nvinject_cdi::{HOOK_ENV, Mount};
+use nvinject_hook::{BIND_MOUNTS, Bind, INJECT};
+
+/// The hook subcommands of specs written by nvinject-cdi, by which their hook path is recognised.
+const NVINJECT_SUBCOMMANDS: [&str; 2] = ["create-symlinks", "update-ldcache"];
+
+/// The path of the `nvinject-hook` the edits' own hooks run, if any: the moved mounts are given
+/// to the same binary (a spec without nvinject hooks keeps its mounts with runc).
+pub fn nvinject_hook_path(hooks: &[nvinject_cdi::Hook]) -> Option<&str> {
+    hooks
+        .iter()
+        .find(|h| {
+            h.hook_name == "createContainer"
+                && h.path.ends_with("/nvinject-hook")
+                && h.args.get(1).is_some_and(|a| NVINJECT_SUBCOMMANDS.contains(&a.as_str()))
+        })
+        .map(|h| h.path.as_str())
+}
+
+/// What [`fold_into_one_run`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// Injected bind mounts moved from `mounts` to the hook run.
+    pub mounts: usize,
+    /// The spec's `nvinject-hook` runs replaced by the one `inject` run (0: none merged).
+    pub hooks_merged: usize,
+}
+
+/// Moves the mounts of `oci` that came from `injected` (same destination and source) out of
+/// `mounts`, and merges them with the spec's leading `nvinject-hook` runs at `hook_path` into one
+/// `inject` run; when no such run comes first, the mounts get a `bind-mounts` run of their own,
+/// put first.
+/// Applied after the edits, so `oci` already has CDI's replacement and depth order.
+pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -> Folded {
+    let binds = if in_user_namespace(oci) { Vec::new() } else { take_binds(oci, injected) };
+    if binds.is_empty() {
+        let leading = oci
+            .pointer("/hooks/createContainer")
+            .and_then(Value::as_array)
+            .map(|c| leading_nvinject_runs(c, hook_path))
+            .unwrap_or(0);
+        if leading < 2 {
+            // Nothing to move and nothing to merge: config.json stays as CDI applied it.
+            return Folded::default();
+        }
+    }
+    let mut mount_args = Vec::with_capacity(binds.len() * 2);
+    for bind in &binds {
+        mount_args.push(json!("--mount"));
+        mount_args.push(json!(bind.to_arg()));
+    }
+    let Some(create) = create_container_hooks(oci) else { return Folded::default() };
+    let argv0 = hook_path.rsplit('/').next().unwrap_or(hook_path);
+    let leading = leading_nvinject_runs(create, hook_path);
+    if leading > 0 && (leading > 1 || !binds.is_empty()) {
+        // The spec's own runs come first (the usual case: nothing else adds hooks): one `inject`
+        // run does the mounts and then what each of them did, in their order.
+        let mut args = vec![json!(argv0)];
+        args.extend(mount_args);
+        args.push(json!(INJECT));
+        for hook in create.drain(..leading) {
+            args.extend(hook.get("args").and_then(Value::as_array).into_iter().flatten().skip(2).cloned());
+        }
+        create.insert(0, json!({ "path": hook_path, "args": args, "env": HOOK_ENV }));
+        return Folded { mounts: binds.len(), hooks_merged: leading };
+    }
+    if !binds.is_empty() {
+        let mut args = vec![json!(argv0)];
+        args.extend(mount_args);
+        args.push(json!(BIND_MOUNTS));
+        create.insert(0, json!({ "path": hook_path, "args": args, "env": HOOK_ENV }));
+    }
+    Folded { mounts: binds.len(), hooks_merged: 0 }
+}
+
+/// How many createContainer hooks at the front are the spec's `nvinject-hook` runs at
+/// `hook_path` that `inject` can stand in for: `create-symlinks` runs, then `update-ldcache` runs
+/// (the order `inject` does them in), with no timeout of their own.
+fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> usize {
+    let mut seen_ldcache = false;
+    create
+        .iter()
+        .take_while(|h| {
+            let sub = h.get("args").and_then(|a| a.get(1)).and_then(Value::as_str);
+            let ours = h.get("path").and_then(Value::as_str) == Some(hook_path) && h.get("timeout").is_none();
+            let in_order = match sub {
+                Some("create-symlinks") => !seen_ldcache,
+                Some("update-ldcache") => {
+                    seen_ldcache = true;
+                    true
+                }
+                _ => false,
+            };
+            ours && in_order
+        })
+        .count()
+}
+
+/// Takes the mounts of `oci` that came from `injected` and can move out of `mounts`, in order.
+fn take_binds(oci: &mut Value, injected: &[Mount]) -> Vec<Bind> {
+    let Some(mounts) = oci.get("mounts").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut movable: Vec<Option<Bind>> = mounts.iter().map(|m| as_injected_bind(m, injected)).collect();
+    // Until nothing changes: keeping one mount with runc can make a mount above it unmovable.
+    loop {
+        let mut changed = false;
+        for i in 0..mounts.len() {
+            let Some(bind) = &movable[i] else { continue };
+            let below_one_kept = mounts.iter().enumerate().any(|(j, other)| {
+                movable[j].is_none()
+                    && other
+                        .get("destination")
+                        .and_then(Value::as_str)
+                        .is_some_and(|d| is_strictly_below(d, &bind.destination.to_string_lossy()))
+            });
+            if below_one_kept {
+                movable[i] = None;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let binds: Vec<Bind> = movable.iter().flatten().cloned().collect();
+    if let Some(list) = oci.get_mut("mounts").and_then(Value::as_array_mut) {
+        let mut index = 0;
+        list.retain(|_| {
+            let keep = movable[index].is_none();
+            index += 1;
+            keep
+        });
+    }
+    binds
+}
+
+/// `hooks.createContainer` of `oci`, made when absent or null; `None` if either is another type
+/// (the edits were applied to this same spec, so that shape was already refused there).
+fn create_container_hooks(oci: &mut Value) -> Option<&mut Vec<Value>> {
+    let hooks = oci.as_object_mut()?.entry("hooks").or_insert_with(|| json!({}));
+    if hooks.is_null() {
+        *hooks = json!({});
+    }
+    let create = hooks.as_object_mut()?.entry("createContainer").or_insert_with(|| json!([]));
+    if create.is_null() {
+        *create = json!([]);
+    }
+    create.as_array_mut()
+}
+
+fn in_user_namespace(oci: &Value) -> bool {
+    oci.pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .is_some_and(|ns| ns.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user")))
+}
+
+/// `mount` as a [`Bind`] when it is one of `injected` and the hook can make it.
+fn as_injected_bind(mount: &Value, injected: &[Mount]) -> Option<Bind> {
+    let destination = mount.get("destination")?.as_str()?;
+    let source = mount.get("source")?.as_str()?;
+    if !matches!(mount.get("type").and_then(Value::as_str), None | Some("bind") | Some("none")) {
+        return None;
+    }
+    let options: Vec<String> = match mount.get("options") {
+        None => Vec::new(),
+        Some(v) => v.as_array()?.iter().map(|o| o.as_str().map(str::to_owned)).collect::<Option<_>>()?,
+    };
+    injected.iter().find(|m| m.container_path == destination && m.host_path == source)?;
+    Bind::new(source, destination, &options)
+}
+
+/// Whether `path` is below `dir` (not equal to it), by path components.
+fn is_strictly_below(path: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPTS: [&str; 5] = ["ro", "nosuid", "nodev", "rbind", "rprivate"];
+    const HOOK: &str = "/usr/local/nvinject/bin/nvinject-hook";
+
+    fn cdi_mount(host: &str, container: &str) -> Mount {
+        Mount {
+            host_path: host.into(),
+            container_path: container.into(),
+            mount_type: None,
+            options: OPTS.map(String::from).to_vec(),
+        }
+    }
+
+    fn oci_mount(m: &Mount) -> Value {
+        json!({ "destination": m.container_path, "source": m.host_path, "options": m.options })
+    }
+
+    /// The spec's two runs, as nvinject-cdi writes them and apply_edits puts them.
+    fn spec_hooks() -> Value {
+        json!([
+            { "path": HOOK, "args": ["nvinject-hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so"], "env": HOOK_ENV },
+            { "path": HOOK, "args": ["nvinject-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"], "env": HOOK_ENV }
+        ])
+    }
+
+    fn spec_with(mounts: Vec<Value>) -> Value {
+        json!({
+            "root": { "path": "rootfs" },
+            "mounts": mounts,
+            "hooks": { "createContainer": spec_hooks() },
+            "linux": { "namespaces": [ { "type": "mount" }, { "type": "pid" } ] }
+        })
+    }
+
+    fn folded(mounts: usize, hooks_merged: usize) -> Folded {
+        Folded { mounts, hooks_merged }
+    }
+
+    fn args(v: &[&str]) -> Value {
+        json!(v)
+    }
+
+    const SMI: &str = "/drv/usr/bin/nvidia-smi::/usr/bin/nvidia-smi::ro,nosuid,nodev,rbind,rprivate";
+    const CUDA: &str = "/drv/usr/lib/libcuda.so.550::/usr/lib/x86_64-linux-gnu/libcuda.so.550::ro,nosuid,nodev,rbind,rprivate";
+
+    #[test]
+    fn injected_binds_and_the_specs_runs_become_one_inject_run_and_the_rest_stay() {
+        let libcuda = cdi_mount("/drv/usr/lib/libcuda.so.550", "/usr/lib/x86_64-linux-gnu/libcuda.so.550");
+        let smi = cdi_mount("/drv/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi");
+        let proc_mount = json!({ "destination": "/proc", "type": "proc", "source": "proc" });
+        let user_volume =
+            json!({ "destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind"] });
+        let mut oci =
+            spec_with(vec![proc_mount.clone(), user_volume.clone(), oci_mount(&smi), oci_mount(&libcuda)]);
+        let after_ours = json!({ "path": "/usr/bin/later-hook", "args": ["later-hook"], "env": [] });
+        oci["hooks"]["createContainer"].as_array_mut().unwrap().push(after_ours.clone());
+        assert_eq!(fold_into_one_run(&mut oci, &[libcuda.clone(), smi.clone()], HOOK), folded(2, 2));
+        assert_eq!(
+            oci["mounts"],
+            json!([proc_mount, user_volume]),
+            "the user's own bind is not ours to move"
+        );
+        let hooks = oci["hooks"]["createContainer"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2, "two runs and the mounts became one process");
+        assert_eq!(hooks[0]["path"], HOOK);
+        assert_eq!(hooks[0]["env"], json!(HOOK_ENV));
+        assert_eq!(
+            hooks[0]["args"],
+            args(&[
+                "nvinject-hook",
+                "--mount",
+                SMI,
+                "--mount",
+                CUDA,
+                "inject",
+                "--link",
+                "libcuda.so.1::/usr/lib/libcuda.so",
+                "--folder",
+                "/usr/lib/x86_64-linux-gnu"
+            ])
+        );
+        assert_eq!(hooks[1], after_ours, "a later hook stays after, as it ran after ours");
+    }
+
+    #[test]
+    fn another_tools_hook_first_gets_the_mounts_before_it_and_ours_untouched() {
+        let libcuda = cdi_mount("/drv/usr/lib/libcuda.so.550", "/usr/lib/x86_64-linux-gnu/libcuda.so.550");
+        let mut oci = spec_with(vec![oci_mount(&libcuda)]);
+        let theirs = json!({ "path": "/usr/bin/other-hook", "args": ["other-hook"], "env": [] });
+        oci["hooks"]["createContainer"].as_array_mut().unwrap().insert(0, theirs.clone());
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&libcuda), HOOK), folded(1, 0));
+        let hooks = oci["hooks"]["createContainer"].as_array().unwrap();
+        assert_eq!(
+            hooks[0],
+            json!({ "path": HOOK, "args": ["nvinject-hook", "--mount", CUDA, "bind-mounts"], "env": HOOK_ENV })
+        );
+        assert_eq!(hooks[1], theirs, "it still finds the files, as when runc made them");
+        assert_eq!(hooks[2..], spec_hooks().as_array().unwrap()[..]);
+    }
+
+    #[test]
+    fn runs_are_merged_only_in_the_order_inject_keeps() {
+        // update-ldcache before create-symlinks, or a timeout: left as they are.
+        let mut reversed = spec_hooks();
+        reversed.as_array_mut().unwrap().reverse();
+        let mut oci = json!({ "hooks": { "createContainer": reversed.clone() } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 0));
+        // (A leading update-ldcache alone is one run already: nothing to merge.)
+        assert_eq!(oci["hooks"]["createContainer"], reversed);
+        let mut timed = spec_hooks();
+        timed[1]["timeout"] = json!(5);
+        let mut oci = json!({ "hooks": { "createContainer": timed.clone() } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 0));
+        assert_eq!(oci["hooks"]["createContainer"], timed);
+        // Without mounts to move, the two runs still become one.
+        let mut oci = json!({ "hooks": { "createContainer": spec_hooks() } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(oci["hooks"]["createContainer"][0]["args"][1], "inject");
+        // A spec with no hooks and nothing to move is left exactly as it was (no empty sections).
+        let mut bare = json!({ "mounts": [] });
+        assert_eq!(fold_into_one_run(&mut bare, &[], HOOK), folded(0, 0));
+        assert_eq!(bare, json!({ "mounts": [] }));
+    }
+
+    #[test]
+    fn what_runc_must_keep_stays_in_mounts() {
+        let fw = cdi_mount("/drv/lib/firmware/nvidia", "/lib/firmware/nvidia");
+        let lib = cdi_mount("/drv/lib/libx.so", "/usr/lib/libx.so");
+        // Same destination as an injected mount, but another source: replaced by CDI, not ours.
+        let other_source =
+            json!({ "destination": "/usr/lib/libx.so", "source": "/elsewhere", "options": OPTS });
+        // A user mount below an injected directory mount: runc makes it after ours, so ours must stay.
+        let below = json!({ "destination": "/lib/firmware/nvidia/extra", "type": "bind", "source": "/x", "options": ["rbind"] });
+        let idmapped = Mount { options: vec!["rbind".into(), "idmap".into()], ..cdi_mount("/drv/a", "/a") };
+        let tmpfs = Mount { mount_type: Some("tmpfs".into()), ..cdi_mount("tmpfs", "/b") };
+        let mounts = vec![oci_mount(&fw), below, other_source, oci_mount(&idmapped), oci_mount(&tmpfs)];
+        let mut oci = spec_with(mounts.clone());
+        assert_eq!(fold_into_one_run(&mut oci, &[fw.clone(), lib, idmapped, tmpfs], HOOK), folded(0, 2));
+        assert_eq!(oci["mounts"], json!(mounts));
+
+        // Kept-ness climbs: a movable mount above a kept one above a user mount stays too.
+        let parent = cdi_mount("/drv/opt", "/opt/nvidia");
+        let child = Mount {
+            options: vec!["rbind".into(), "idmap".into()],
+            ..cdi_mount("/drv/opt/sub", "/opt/nvidia/sub")
+        };
+        let mut oci = spec_with(vec![oci_mount(&parent), oci_mount(&child)]);
+        assert_eq!(fold_into_one_run(&mut oci, &[parent, child], HOOK).mounts, 0);
+        assert_eq!(oci["mounts"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_user_namespace_keeps_the_mounts_with_runc_and_missing_sections_are_made() {
+        let lib = cdi_mount("/drv/lib/libx.so", "/usr/lib/libx.so");
+        let mut oci = spec_with(vec![oci_mount(&lib)]);
+        oci["linux"]["namespaces"].as_array_mut().unwrap().push(json!({ "type": "user" }));
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK), folded(0, 2));
+        assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
+
+        let mut bare = json!({ "mounts": [oci_mount(&lib)], "hooks": null });
+        assert_eq!(fold_into_one_run(&mut bare, std::slice::from_ref(&lib), HOOK), folded(1, 0));
+        assert_eq!(bare["mounts"], json!([]));
+        assert_eq!(bare["hooks"]["createContainer"][0]["args"][3], "bind-mounts");
+    }
+
+    #[test]
+    fn the_hook_path_is_the_one_the_spec_runs() {
+        let hook = |path: &str, sub: &str| nvinject_cdi::Hook {
+            hook_name: "createContainer".into(),
+            path: path.into(),
+            args: vec!["x".into(), sub.into()],
+            ..Default::default()
+        };
+        assert_eq!(nvinject_hook_path(&[hook("/usr/bin/nvidia-cdi-hook", "create-symlinks")]), None);
+        assert_eq!(
+            nvinject_hook_path(&[hook("/opt/x/nvinject-hook", "other"), hook(HOOK, "update-ldcache")]),
+            Some(HOOK)
+        );
+        assert!(
+            is_strictly_below("/a/b", "/a")
+                && !is_strictly_below("/ab", "/a")
+                && !is_strictly_below("/a", "/a")
+        );
+    }
+}
