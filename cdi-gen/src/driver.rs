@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use crate::elf;
 use crate::ldcache;
 use crate::root::{join, resolve_in_root, resolve_with_metadata};
 
@@ -293,10 +292,11 @@ fn has_own_version(name: &str) -> bool {
     })
 }
 
+/// The library's SONAME, read with the same ELF reader the hook's cache builder uses.
 fn read_soname(path: &Path) -> Option<String> {
-    let result = fs::File::open(path).and_then(|f| elf::soname(&f));
+    let result = fs::File::open(path).and_then(|f| f.metadata().map(|m| (f, m.len())));
     match result {
-        Ok(soname) => soname,
+        Ok((file, len)) => nvinject_ldcache::elf::inspect(&file, len).and_then(|lib| lib.soname),
         Err(error) => {
             tracing::warn!(path = %path.display(), %error, "cannot read the library's SONAME; no SONAME link is made");
             None
@@ -354,6 +354,12 @@ mod tests {
 
     const VER: &str = "550.54.15";
 
+    /// A loadable shared object with this SONAME, for the host's machine (the simulated node's).
+    fn tiny_so(soname: &str) -> Vec<u8> {
+        let machine = nvinject_simnode::elf::Machine::host().expect("a machine the simulated node supports");
+        nvinject_simnode::elf::shared_object(machine, soname)
+    }
+
     fn put(root: &Path, inner: &str, bytes: &[u8]) {
         let p = join(root, inner);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -365,11 +371,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
         let lib = "/usr/lib/x86_64-linux-gnu";
-        put(r, &format!("{lib}/libcuda.so.{VER}"), &elf::tests::tiny_so("libcuda.so.1"));
-        put(r, &format!("{lib}/libnvidia-ml.so.{VER}"), &elf::tests::tiny_so("libnvidia-ml.so.1"));
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        put(r, &format!("{lib}/libnvidia-ml.so.{VER}"), &tiny_so("libnvidia-ml.so.1"));
         put(r, &format!("{lib}/libnvidia-ml.so.470.1.2"), b"old driver"); // other version: ignored
         put(r, &format!("{lib}/libc.so.6"), b"not ours");
-        put(r, &format!("{lib}/libnvidia-egl-gbm.so.1.1.1"), &elf::tests::tiny_so("libnvidia-egl-gbm.so.1"));
+        put(r, &format!("{lib}/libnvidia-egl-gbm.so.1.1.1"), &tiny_so("libnvidia-egl-gbm.so.1"));
         symlink("libnvidia-egl-gbm.so.1.1.1", join(r, &format!("{lib}/libnvidia-egl-gbm.so.1"))).unwrap();
         symlink("usr/lib", r.join("lib")).unwrap(); // merged /usr: must not double-count
         // A distribution-specific directory known only to the cache.
@@ -377,7 +383,7 @@ mod tests {
         put(
             r,
             &format!("{odd}/libnvidia-ptxjitcompiler.so.{VER}"),
-            &elf::tests::tiny_so("libnvidia-ptxjitcompiler.so.1"),
+            &tiny_so("libnvidia-ptxjitcompiler.so.1"),
         );
         symlink(
             format!("libnvidia-ptxjitcompiler.so.{VER}"),

@@ -11,7 +11,6 @@
 pub mod build;
 pub mod devices;
 pub mod driver;
-pub mod elf;
 pub mod generate;
 pub mod ldcache;
 pub mod root;
