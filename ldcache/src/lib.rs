@@ -117,9 +117,9 @@ pub const MAX_DIRS: usize = 1024;
 pub const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// Cache entries in all.
 pub const MAX_ENTRIES: usize = 1 << 18;
-/// The largest image `ld.so.cache` [`plan_incremental`] reads (a cache of [`MAX_ENTRIES`] real
-/// entries is far smaller).
-pub const MAX_CACHE_BYTES: u64 = 64 << 20;
+/// The largest image `ld.so.cache` [`plan_incremental`] builds on (a distribution's is tens of
+/// KiB); a larger one gets the full scan, with its own limits.
+pub const MAX_CACHE_BYTES: u64 = 16 << 20;
 
 /// What to add to the image's own configuration.
 #[derive(Debug, Clone, Default)]
@@ -318,6 +318,11 @@ pub fn plan_incremental(
     let mut kept: Vec<Vec<Entry>> = vec![Vec::new(); dirs.len()];
     for entry in image_entries {
         let Some((parent, file)) = entry.path.rsplit_once('/') else { continue };
+        // Each distinct directory costs a stat: a cache naming more than ldconfig could have
+        // scanned was not written by it.
+        if !by_name.contains_key(parent) && by_name.len() >= MAX_DIRS {
+            return full("the image's ld.so.cache names too many directories");
+        }
         let index = *by_name.entry(parent.to_owned()).or_insert_with(|| {
             let parent = if parent.is_empty() { "/" } else { parent };
             root.metadata(Path::new(parent))
@@ -958,5 +963,20 @@ mod tests {
         .unwrap();
         put(root, CACHE_PATH, &hwcap);
         assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "hwcap entries");
+        // Hostile caches: one naming more directories than ldconfig could scan, one too large.
+        let many: Vec<Entry> = (0..=MAX_DIRS)
+            .map(|i| Entry {
+                key: format!("libx{i}.so.1"),
+                path: format!("/d{i}/libx{i}.so.1"),
+                flags: 0x0303,
+                hwcap: 0,
+            })
+            .collect();
+        put(root, CACHE_PATH, &format::encode(&many, "test").unwrap());
+        assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "too many directories");
+        let mut huge = format::encode(&many[..1], "test").unwrap();
+        huge.resize(MAX_CACHE_BYTES as usize + 1, 0);
+        put(root, CACHE_PATH, &huge);
+        assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "too large");
     }
 }
