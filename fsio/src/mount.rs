@@ -209,8 +209,8 @@ impl Root {
     /// Bind-mounts the host path `source` at `destination` inside the root, creating the
     /// mountpoint (a directory for a directory source, else an empty file, parents 0755) when it
     /// is missing. Symlinks on the way to the mountpoint are followed inside the root (what a
-    /// dangling one names is made there); a mountpoint of the wrong type, on procfs or sysfs, or
-    /// behind a `/proc` magic link or a loop of links is refused.
+    /// dangling one names is made there); a mountpoint of the wrong type, on (or in a directory on)
+    /// procfs, sysfs or cgroupfs, or behind a `/proc` magic link or a loop of links is refused.
     pub fn bind_mount(
         &self,
         source: &Path,
@@ -229,8 +229,8 @@ impl Root {
         let (target, made) = self
             .mountpoint(destination, source_meta.is_dir())
             .map_err(|e| fail("mountpoint", crate::root::explain_loop(e)))?;
-        // A mountpoint made just now is of the right type, and could not have been made on
-        // procfs or sysfs; one that was there is checked.
+        // A mountpoint made just now is of the right type, in a directory already checked not to
+        // be procfs, sysfs or cgroupfs; one that was there is checked itself.
         if !made {
             let target_meta =
                 std::fs::metadata(proc_fd(&target)).map_err(|e| fail("stat the mountpoint", e))?;
@@ -344,7 +344,18 @@ impl Root {
                 propagation: propagation.ms_flag().bits() as u64,
                 userns_fd: 0,
             };
-            mount_setattr(&tree, options.recursive_propagation, &attr).map_err(|e| ("mount_setattr", e))?;
+            match mount_setattr(&tree, options.recursive_propagation, &attr) {
+                Ok(()) => {}
+                // Attached already (kernel 5.2-5.11 has open_tree and move_mount but not
+                // mount_setattr): set it the classic way, on the new mount.
+                Err(Errno::ENOSYS) => {
+                    let mut flags = propagation.ms_flag();
+                    flags.set(MsFlags::MS_REC, options.recursive_propagation);
+                    nix::mount::mount(None::<&str>, &proc_fd(&tree), None::<&str>, flags, None::<&str>)
+                        .map_err(|e| ("set propagation", e))?;
+                }
+                Err(e) => return Err(("mount_setattr", e)),
+            }
         }
         Ok(())
     }
