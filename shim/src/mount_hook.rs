@@ -15,8 +15,10 @@
 //! another hook comes first, the mounts get a `bind-mounts` run of their own before it and the
 //! spec's runs stay as they were. A mount is moved only where that keeps the order mounts are made
 //! in: not when any mount left to runc lies below it (runc would make that one first, and ours
-//! would then cover it), and never in a user namespace (left to runc's id-mapping logic). Mounts
-//! the hook cannot express (other types, options such as `idmap`) stay with runc too.
+//! would then cover it), never when a prestart or createRuntime hook is set (those run between
+//! runc's mounts and the first createContainer hook), and never in a user namespace (left to runc's
+//! id-mapping logic). Mounts the hook cannot express (other types, options such as `idmap`) stay
+//! with runc too.
 //! `[runtime] one-hook-run = false` turns all of it off.
 
 use serde_json::{Value, json};
@@ -55,7 +57,12 @@ pub struct Folded {
 /// put first.
 /// Applied after the edits, so `oci` already has CDI's replacement and depth order.
 pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -> Folded {
-    let binds = if in_user_namespace(oci) { Vec::new() } else { take_binds(oci, injected) };
+    // prestart and createRuntime hooks run after runc's mounts and before any createContainer
+    // hook: one of those could look for the files, so with any of them the mounts stay with runc.
+    let earlier_hooks = ["prestart", "createRuntime"].iter().any(|point| {
+        oci.pointer(&format!("/hooks/{point}")).and_then(Value::as_array).is_some_and(|l| !l.is_empty())
+    });
+    let binds = if in_user_namespace(oci) || earlier_hooks { Vec::new() } else { take_binds(oci, injected) };
     if binds.is_empty() {
         let leading = oci
             .pointer("/hooks/createContainer")
@@ -358,6 +365,12 @@ mod tests {
         let lib = cdi_mount("/drv/lib/libx.so", "/usr/lib/libx.so");
         let mut oci = spec_with(vec![oci_mount(&lib)]);
         oci["linux"]["namespaces"].as_array_mut().unwrap().push(json!({ "type": "user" }));
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK), folded(0, 2));
+        assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
+
+        // A createRuntime hook (run before any createContainer hook) keeps them with runc too.
+        let mut oci = spec_with(vec![oci_mount(&lib)]);
+        oci["hooks"]["createRuntime"] = json!([{ "path": "/usr/bin/other-hook" }]);
         assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK), folded(0, 2));
         assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
 
