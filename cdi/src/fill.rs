@@ -535,5 +535,15 @@ mod tests {
         let st = HostDevices::new(None).unwrap().stat("/dev/null").unwrap();
         assert_eq!(st.mode & libc::S_IFMT, libc::S_IFCHR);
         assert!(HostDevices::new(Some(Path::new("relative"))).is_err());
+        // A /proc magic link on the way (another process's root) is refused, not followed.
+        let e = HostDevices::new(None).unwrap().stat("/proc/self/root/dev/null").unwrap_err();
+        assert_ne!(e.kind(), io::ErrorKind::NotFound, "{e}");
+        let mut nodes = vec![DeviceNode {
+            path: "/dev/x".into(),
+            host_path: Some("/proc/self/root/dev/null".into()),
+            ..Default::default()
+        }];
+        let e = fill_from_host(&mut nodes, Path::new("/etc/cdi/x.json"), None).unwrap_err();
+        assert!(e.message.contains("cannot stat it"), "{e}");
     }
 }

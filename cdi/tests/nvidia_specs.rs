@@ -262,7 +262,10 @@ fn host_null() -> Value {
 /// Specs in the style of the CDI project's examples (`schema/testdata/good`, SPEC.md), one per
 /// cdiVersion, each using what that version added, with device nodes left as incomplete as the
 /// CDI spec allows.
-fn cdi_examples(vendor_root: &Path) -> Vec<(String, Value, Vec<(&'static str, Value)>)> {
+/// One corpus entry: a label (its cdiVersion), the spec, and the OCI device entries it must give.
+type Example = (String, Value, Vec<(&'static str, Value)>);
+
+fn cdi_examples(vendor_root: &Path) -> Vec<Example> {
     let card = |n: u32| format!("{}/dev/card{n}", vendor_root.display());
     let complete = |path: &str, minor: i64| json!({"path": path, "type": "c", "major": 1, "minor": minor, "fileMode": 0o666});
     let base = |version: &str, name: &str, nodes: Value| {
