@@ -82,15 +82,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     let files: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, ["nvidia.json"], "only NVIDIA's spec is in the spec dir");
 
-    let run = node
-        .run(
-            "nv0",
-            &RunOptions {
-                annotations: vec![("cdi.k8s.io/test".into(), "nvidia.com/gpu=0".into())],
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let run = node.run("nv0", &request("nvidia.com/gpu=0")).unwrap();
     assert_eq!(run.status, 0, "stdout: {} stderr: {}", run.stdout, run.stderr);
     let report = run.report();
 
@@ -147,7 +139,50 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["injected"], "nvidia.com/gpu=0");
     assert_eq!(lines[0]["mounts_in_hook"], 0, "{}", lines[0]);
-    assert_no_leftovers(&node, &["nv0"]);
+
+    // With NVIDIA's hooks kept and no nvidia-cdi-hook on the node, the shim applies the spec and
+    // runc refuses the start naming the missing hook, as it does under NVIDIA's own runtime.
+    let mut with_hooks = spec.clone();
+    with_hooks["containerEdits"]["hooks"] = serde_json::json!([{"hookName": "createContainer",
+        "path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]}]);
+    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(&with_hooks).unwrap())
+        .unwrap();
+    let hooked = node.run("nv-hooks", &request("nvidia.com/gpu=0")).unwrap();
+    assert_ne!(hooked.status, 0);
+    assert!(hooked.stderr.contains("nvidia-cdi-hook"), "runc names the missing hook: {}", hooked.stderr);
+    assert!(
+        node.shim_log_for("nv-hooks")
+            .iter()
+            .any(|l| l["message"] == "container create" && l["injected"] == "nvidia.com/gpu=0"),
+        "the shim applied the spec; runc refused the hook"
+    );
+
+    // A host path that is a symlink (here to the real node) is refused, naming the spec file,
+    // the device node and the fix; nothing starts.
+    let link = node.dev_root.join("dev/nvidia1-link");
+    std::os::unix::fs::symlink("nvidia1", &link).unwrap();
+    let mut linked = spec.clone();
+    let gpu1 = linked["devices"].as_array_mut().unwrap().iter_mut().find(|d| d["name"] == "1").unwrap();
+    gpu1["containerEdits"]["deviceNodes"][0]["hostPath"] = link.to_str().unwrap().into();
+    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(&linked).unwrap()).unwrap();
+    let refused = node.run("nv-link", &request("nvidia.com/gpu=1")).unwrap();
+    assert_ne!(refused.status, 0);
+    assert!(refused.report.is_none());
+    let spec_file = node.cdi_dir.join("nvidia.json");
+    for needle in [
+        spec_file.to_str().unwrap(),
+        "device node /dev/nvidia1",
+        "is a symlink",
+        "point hostPath at the device node",
+    ] {
+        assert!(refused.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", refused.stderr);
+    }
+    std::fs::remove_file(&link).unwrap();
+    assert_no_leftovers(&node, &["nv0", "nv-hooks", "nv-link"]);
+}
+
+fn request(device: &str) -> RunOptions {
+    RunOptions { annotations: vec![("cdi.k8s.io/test".into(), device.into())], ..Default::default() }
 }
 
 /// A TOML basic string: JSON's string quoting is a subset of it.
