@@ -144,15 +144,22 @@ fn resolves_all(path: &Path, spec: &Spec) {
     }
 }
 
-/// nvidia-ctk's spec for `preset` against nvinject's on the same simulated node.
+/// nvidia-ctk's spec for `preset` against nvinject's on the same simulated node; `reshape` may
+/// turn it into another tool's spec first.
 fn nvidia_ctk_golden(preset: &str, golden: &str) {
+    nvidia_golden_as(preset, golden, |_| {});
+}
+
+fn nvidia_golden_as(preset: &str, golden: &str, reshape: fn(&mut Value)) {
     if !is_root() {
         eprintln!("skipped: nvinject-simnode build needs root");
         return;
     }
     let node = Node::build(preset);
-    let text = std::fs::read_to_string(golden_dir().join(golden)).unwrap();
-    let theirs_path = node.install("nvidia.json", &text);
+    let mut spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(golden_dir().join(golden)).unwrap()).unwrap();
+    reshape(&mut spec);
+    let theirs_path = node.install("nvidia.json", &serde_json::to_string_pretty(&spec).unwrap());
     validate_cli(&theirs_path);
     let theirs = load_file(&theirs_path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(validate(&theirs), []);
@@ -212,6 +219,18 @@ fn nvidia_ctk_a100_mig_spec_matches_ours() {
 #[test]
 fn nvidia_ctk_h100x8_graphics_spec_matches_ours() {
     nvidia_ctk_golden("h100x8", "h100x8-graphics.json");
+}
+
+/// NVIDIA's device plugin writes its transient spec in /var/run/cdi with the same library as
+/// nvidia-ctk, under its own kind and with the GPUs named by UUID (its default device-id strategy).
+/// Derived from the recorded nvidia-ctk spec, not recorded from the plugin itself.
+#[test]
+fn a_device_plugin_style_spec_matches_ours() {
+    nvidia_golden_as("h100x8", "h100x8.json", |spec| {
+        spec["kind"] = json!("k8s.device-plugin.nvidia.com/gpu");
+        spec["devices"].as_array_mut().unwrap().retain(|d| d["name"].as_str().unwrap().starts_with("GPU-"));
+        assert_eq!(spec["devices"].as_array().unwrap().len(), 8);
+    });
 }
 
 /// Issue 12 item 1, verbatim: `validate` exits 0 and the registry lists `nvidia.com/gpu=0`; on a
