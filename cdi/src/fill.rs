@@ -253,14 +253,18 @@ pub fn fill_from_host(
         // Still normalise the minor a minimally specified node may leave out.
         return fill_missing_info(nodes, spec_file, &mut |_| unreachable_stat());
     }
-    let mut host = HostDevices::new(dev_root).map_err(|e| FillError {
-        spec_file: spec_file.to_owned(),
-        path: nodes.iter().find(|n| needs_host(n)).map(|n| n.path.clone()).unwrap_or_default(),
-        host_path: dev_root.map(|d| d.display().to_string()).unwrap_or_default(),
-        message: format!(
-            "cannot open the dev root: {e}: check the spec's nvinject.io/dev-root annotation or the \
-             shim's [regenerate] dev-root"
-        ),
+    let mut host = HostDevices::new(dev_root).map_err(|e| {
+        let first = nodes.iter().find(|n| needs_host(n));
+        FillError {
+            spec_file: spec_file.to_owned(),
+            path: first.map(|n| n.path.clone()).unwrap_or_default(),
+            host_path: first.map(|n| n.host_path().to_owned()).unwrap_or_default(),
+            message: format!(
+                "cannot open the dev root {}: {e}: check the spec's nvinject.io/dev-root annotation \
+                 or the shim's [regenerate] dev-root",
+                dev_root.map(|d| d.display().to_string()).unwrap_or_default()
+            ),
+        }
     })?;
     fill_missing_info(nodes, spec_file, &mut |p| host.stat(p))
 }
@@ -438,6 +442,21 @@ mod tests {
             );
             assert!(text.contains(fix), "{text} lacks {fix}");
         }
+    }
+
+    #[test]
+    fn a_missing_dev_root_matters_only_to_nodes_that_need_the_host() {
+        let gone = Path::new("/nonexistent/nvinject-dev-root");
+        let mut complete = ctk("/dev/nvidia0", 195, None);
+        complete.device_type = Some("c".into());
+        let mut nodes = vec![complete];
+        fill_from_host(&mut nodes, Path::new("/etc/cdi/a.json"), Some(gone)).unwrap();
+        assert_eq!(nodes[0].minor, Some(0));
+        let mut nodes = vec![ctk("/dev/nvidia0", 195, None)];
+        let e = fill_from_host(&mut nodes, Path::new("/etc/cdi/a.json"), Some(gone)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("/etc/cdi/a.json") && text.contains("cannot open the dev root"), "{text}");
+        assert!(text.contains("[regenerate] dev-root"), "{text}");
     }
 
     fn mknod(path: &Path, mode: u32, dev: u64) {
