@@ -17,8 +17,9 @@
 //!   (`LD_PRELOAD`, ...) would run image code as root on the host in a hook another tool's spec
 //!   declared. A hook that sets `env` keeps exactly its own.
 //!
-//! Applying never looks at the host: the spec must be complete (a char or block node without type,
-//! major or minor is an error, not a reason to `stat`).
+//! Applying never looks at the host: device nodes must be complete (type, and major/minor unless a
+//! FIFO). A spec may leave those out; [`crate::fill`] completes them from the host device file
+//! first, at the OS edge, and a node still incomplete here is an error, not a reason to `stat`.
 
 use serde_json::{Map, Value, json};
 
@@ -218,14 +219,17 @@ fn process_user(oci: &Value) -> (Option<u32>, Option<u32>) {
 fn oci_device(node: &DeviceNode, user: (Option<u32>, Option<u32>)) -> Result<Map<String, Value>, ApplyError> {
     let field = || format!("deviceNodes[{}]", node.path);
     let device_type = node.device_type.as_deref().ok_or_else(|| {
-        err(field(), "has no type; the spec must be complete (regenerate it with nvinject-cdi generate)")
+        err(field(), "has no type; complete it from the host device first (nvinject_cdi::fill)")
     })?;
     let mut dev = Map::new();
     dev.insert("path".into(), json!(node.path));
     dev.insert("type".into(), json!(device_type));
     if device_type != "p" {
         let (Some(major), Some(minor)) = (node.major, node.minor) else {
-            return Err(err(field(), "has no major/minor number; the spec must be complete"));
+            return Err(err(
+                field(),
+                "has no major/minor number; complete it from the host device first (nvinject_cdi::fill)",
+            ));
         };
         dev.insert("major".into(), json!(major));
         dev.insert("minor".into(), json!(minor));
@@ -253,7 +257,12 @@ fn add_device(
     devices.push(Value::Object(dev));
     let device_type = node.device_type.as_deref().unwrap_or_default();
     if device_type == "c" || device_type == "b" {
-        let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
+        // Unset or empty means all access; `none` asks for a rule with none (the CDI spec's words).
+        let access = match node.permissions.as_deref() {
+            None | Some("") => "rwm",
+            Some(crate::validate::NO_PERMISSIONS) => "",
+            Some(p) => p,
+        };
         array_at(oci, &["linux", "resources", "devices"])?.push(json!({
             "allow": true,
             "type": device_type,
@@ -371,6 +380,18 @@ mod tests {
         assert_eq!(oci["linux"]["devices"][0]["gid"], json!(1001));
         assert_eq!(oci["linux"]["devices"][1]["uid"], json!(5));
         assert_eq!(oci["linux"]["resources"]["devices"][2]["access"], json!("rw"));
+    }
+
+    #[test]
+    fn permissions_none_gives_a_rule_with_no_access() {
+        let mut oci = base();
+        let mut none = node("/dev/nvidia0", 0);
+        none.permissions = Some("none".into());
+        apply_edits(&mut oci, &ContainerEdits { device_nodes: vec![none], ..Default::default() }).unwrap();
+        assert_eq!(
+            oci["linux"]["resources"]["devices"][1],
+            json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": ""})
+        );
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //!
 //! Boundary: pure data handling plus reading spec files. It never discovers hardware (that is
 //! `nvinject-gpu` and `nvinject-cdi-gen`), never writes spec files (cdi-gen does, atomically) and
-//! never talks to a container runtime (that is the shim). It must never stat device nodes or other
-//! host files named in a spec: a spec is complete, and applying it is a pure function.
+//! never talks to a container runtime (that is the shim). Applying a spec is a pure function of
+//! complete device nodes; the one look at the host is [`fill`], which completes the device-node
+//! fields a spec may leave out (`type`, `major`, `minor`, `fileMode`) from the host device file,
+//! before applying, as the CDI reference library does.
 
 pub mod apply;
 pub mod codec;
+pub mod fill;
 pub mod load;
 pub mod name;
 pub mod registry;

@@ -17,6 +17,10 @@ pub const HOOK_NAMES: [&str; 6] =
 /// Device node types: block, char, unbuffered char, FIFO.
 pub const DEVICE_TYPES: [&str; 4] = ["b", "c", "u", "p"];
 
+/// The `permissions` value that asks for a device cgroup rule with no access (the CDI spec's
+/// `none`: the node is created, but the container may not open it).
+pub const NO_PERMISSIONS: &str = "none";
+
 /// Linux device numbers: 12 bits of major, 20 of minor (`MINORBITS` in the kernel); larger values
 /// would be silently truncated by `makedev`/mknod into some other device.
 pub const MAJOR_MAX: i64 = (1 << 12) - 1;
@@ -169,18 +173,26 @@ fn check_edits(edits: &ContainerEdits, at: &str, p: &mut Problems) {
                 _ => {}
             }
         }
-        if node.major.is_some() != node.minor.is_some() {
-            p.add(format!("{at}.major"), "major and minor must be given together");
-        }
-        if node.major.is_some() && node.device_type.as_deref().is_none_or(|t| t == "p") {
-            p.add(format!("{at}.type"), "a node with major/minor numbers needs type b, c or u");
+        // `type`, `major`, `minor` and `fileMode` may each be left out: the runtime fills them
+        // from the host device file when it applies the spec (`crate::fill`), as the reference
+        // library does and as nvidia-ctk relies on (it writes no `type`, and no `minor` when it is
+        // 0). Only a FIFO can never carry numbers.
+        if node.device_type.as_deref() == Some("p") && (node.major.is_some() || node.minor.is_some()) {
+            p.add(
+                format!("{at}.type"),
+                "a FIFO (type p) has no major/minor numbers: drop them, or use type b, c or u",
+            );
         }
         if let Some(perms) = &node.permissions
+            && perms != NO_PERMISSIONS
             && let Some(c) = perms.chars().find(|c| !matches!(c, 'r' | 'w' | 'm'))
         {
             p.add(
                 format!("{at}.permissions"),
-                format!("permissions `{perms}` contain `{c}`: use any of r (read), w (write), m (mknod)"),
+                format!(
+                    "permissions `{perms}` contain `{c}`: use any of r (read), w (write), m (mknod), \
+                     or `{NO_PERMISSIONS}` for an empty cgroup rule"
+                ),
             );
         }
         if node.file_mode.is_some_and(|m| m > 0o7777) {
@@ -376,9 +388,37 @@ mod tests {
                 "minor number 1048576 is out of range: Linux minor numbers are 0..=1048575",
             ),
             (
-                |s| s.devices[0].container_edits.device_nodes[0].minor = None,
-                "devices[0].containerEdits.deviceNodes[0].major",
-                "given together",
+                |s| s.devices[0].container_edits.device_nodes[0].device_type = Some("p".into()),
+                "devices[0].containerEdits.deviceNodes[0].type",
+                "a FIFO (type p) has no major/minor numbers",
+            ),
+            (
+                |s| {
+                    let node = &mut s.devices[0].container_edits.device_nodes[0];
+                    (node.device_type, node.major) = (Some("p".into()), None);
+                },
+                "devices[0].containerEdits.deviceNodes[0].type",
+                "drop them, or use type b, c or u",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].permissions = Some("nones".into()),
+                "devices[0].containerEdits.deviceNodes[0].permissions",
+                "or `none` for an empty cgroup rule",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].file_mode = Some(0o20666),
+                "devices[0].containerEdits.deviceNodes[0].fileMode",
+                "permission bits only",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].host_path = Some("dev/nvidia0".into()),
+                "devices[0].containerEdits.deviceNodes[0].hostPath",
+                "not absolute",
+            ),
+            (
+                |s| s.devices[0].container_edits.device_nodes[0].minor = Some(-1),
+                "devices[0].containerEdits.deviceNodes[0].minor",
+                "must not be negative",
             ),
             (
                 |s| s.container_edits.mounts[0].host_path = "libcuda.so.1".into(),
@@ -425,6 +465,32 @@ mod tests {
                 "{field}: `{}` lacks `{message}`",
                 problems[0].message
             );
+        }
+    }
+
+    /// The CDI spec makes `type`, `major`, `minor` and `fileMode` optional (the runtime fills them
+    /// from the host device); nvidia-ctk 1.20 writes no `type` and no `minor` when it is 0.
+    #[test]
+    fn device_nodes_may_leave_out_type_numbers_and_mode() {
+        type Mutation = fn(&mut crate::spec::DeviceNode);
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("no type (nvidia-ctk)", |n| n.device_type = None),
+            ("no type, no minor (nvidia-ctk for minor 0)", |n| (n.device_type, n.minor) = (None, None)),
+            ("type only", |n| (n.major, n.minor, n.file_mode) = (None, None, None)),
+            ("path only", |n| (n.device_type, n.major, n.minor, n.file_mode) = (None, None, None, None)),
+            ("minor without major", |n| n.major = None),
+            ("major without minor", |n| n.minor = None),
+            ("a FIFO without numbers", |n| {
+                (n.device_type, n.major, n.minor) = (Some("p".into()), None, None)
+            }),
+            ("unbuffered char", |n| n.device_type = Some("u".into())),
+            ("permissions none", |n| n.permissions = Some(NO_PERMISSIONS.into())),
+            ("permissions empty", |n| n.permissions = Some(String::new())),
+        ];
+        for (what, mutate) in cases {
+            let mut spec = valid();
+            mutate(&mut spec.devices[0].container_edits.device_nodes[0]);
+            assert_eq!(validate(&spec), [], "{what}");
         }
     }
 

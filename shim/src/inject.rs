@@ -93,6 +93,14 @@ pub enum InjectError {
         /// The regenerator's error.
         message: String,
     },
+    /// A device node the spec leaves incomplete cannot be completed from the host device file.
+    #[error("cannot complete the device nodes of {device} from the host: {error}")]
+    HostDevice {
+        /// The requested device.
+        device: String,
+        /// The spec file, node and fix.
+        error: nvinject_cdi::fill::FillError,
+    },
     /// The edits do not fit the container's spec.
     #[error("cannot apply the CDI edits of {devices} to {path}: {error}")]
     Apply {
@@ -118,9 +126,10 @@ impl InjectError {
     pub fn code(&self) -> Code {
         match self {
             InjectError::Request(_) => Code::INVALID_ARGUMENT,
-            InjectError::Unresolvable { .. } | InjectError::Regenerate { .. } | InjectError::Apply { .. } => {
-                Code::FAILED_PRECONDITION
-            }
+            InjectError::Unresolvable { .. }
+            | InjectError::Regenerate { .. }
+            | InjectError::HostDevice { .. }
+            | InjectError::Apply { .. } => Code::FAILED_PRECONDITION,
             InjectError::ReadSpec { .. } | InjectError::Write { .. } => Code::INTERNAL,
         }
     }
@@ -430,10 +439,27 @@ impl Injector {
                 outcome.already_present.push(name.to_string());
                 continue;
             }
+            // Nodes the spec leaves incomplete (nvidia-ctk writes no `type`, and no `minor` when it
+            // is 0) are completed from the host device file before applying, as the CDI reference
+            // library does; complete nodes (nvinject's own) never touch the host. Device files are
+            // looked up inside the spec's dev root (its annotation, else `[regenerate] dev-root`).
+            let first_new = edits.device_nodes.len();
             if specs_applied.insert(resolved.path.to_owned()) {
                 edits.append(&resolved.spec.container_edits);
             }
             edits.append(&resolved.device.container_edits);
+            let dev_root = resolved
+                .spec
+                .annotations
+                .get(ANNOTATION_DEV_ROOT)
+                .map(PathBuf::from)
+                .or_else(|| self.regen_config.dev_root.clone());
+            nvinject_cdi::fill::fill_from_host(
+                &mut edits.device_nodes[first_new..],
+                resolved.path,
+                dev_root.as_deref(),
+            )
+            .map_err(|error| InjectError::HostDevice { device: name.to_string(), error })?;
             outcome.injected.push(name.to_string());
         }
         Ok(edits)
@@ -882,5 +908,69 @@ mod tests {
         assert!(e.to_string().contains("config.json"));
         f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=bad name"})));
         assert_eq!(inj.inject(&f.bundle()).unwrap_err().code(), Code::INVALID_ARGUMENT);
+    }
+
+    /// A spec as nvidia-ctk writes it (no `type`; no `minor` for minor 0), its device files under a
+    /// dev root that `[regenerate] dev-root` names: the nodes are completed from those files.
+    #[test]
+    fn nvidia_ctk_specs_are_completed_from_the_dev_root_or_refused_naming_the_file() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mknod needs root");
+            return;
+        }
+        let f = Fixture::new();
+        let dev_root = f.dir.path().join("host");
+        fs::create_dir_all(dev_root.join("dev")).unwrap();
+        for (name, minor) in [("nvidia0", 0), ("nvidiactl", 255)] {
+            let c = std::ffi::CString::new(dev_root.join("dev").join(name).to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(195, minor)) };
+            assert_eq!(rc, 0, "mknod: {}", std::io::Error::last_os_error());
+        }
+        fs::write(dev_root.join("dev/nvidia1"), b"not a device").unwrap();
+        let host = |name: &str| dev_root.join("dev").join(name).display().to_string();
+        let spec = json!({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+            "devices": [
+                {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "hostPath": host("nvidia0"), "major": 195, "fileMode": 438, "permissions": "rwm"}]}},
+                {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": host("nvidia1")}]}}],
+            "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": host("nvidiactl")}]}});
+        fs::write(f.spec_path(), serde_json::to_vec(&spec).unwrap()).unwrap();
+        let mut f = f;
+        f.config.regenerate.dev_root = Some(dev_root.clone());
+
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
+        let (inj, _) = injector(&f, false);
+        assert_eq!(inj.inject(&f.bundle()).unwrap().injected, ["nvidia.com/gpu=0"]);
+        let oci = f.read_oci();
+        assert_eq!(
+            oci["linux"]["devices"],
+            json!([{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255, "fileMode": 0o600},
+                   {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 438}])
+        );
+        assert_eq!(
+            oci["linux"]["resources"]["devices"][2],
+            json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"})
+        );
+
+        let before = f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"})));
+        let e = inj.inject(&f.bundle()).unwrap_err();
+        assert_eq!(e.code(), Code::FAILED_PRECONDITION);
+        let text = e.to_string();
+        for part in [
+            "nvidia.com/gpu=1",
+            &f.spec_path().display().to_string(),
+            "device node /dev/nvidia1",
+            "is a regular file",
+            "point hostPath at the device node",
+        ] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+        assert_eq!(
+            fs::read(f.bundle().join("config.json")).unwrap(),
+            before,
+            "a refused Create writes nothing"
+        );
     }
 }
