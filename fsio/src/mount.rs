@@ -25,7 +25,7 @@ use nix::libc;
 use nix::mount::MsFlags;
 use nix::sys::stat::Mode;
 
-use crate::root::{Root, split};
+use crate::root::{Root, proc_fd, split};
 
 /// Mount propagation to give the new mount (the `rprivate`, `rslave`, ... mount options).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,10 +137,6 @@ impl BindOptions {
         flags.set(MsFlags::MS_NOEXEC, self.noexec);
         flags
     }
-}
-
-fn proc_fd(fd: &impl AsRawFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 fn open_tree(source: &Path, recursive: bool) -> Result<OwnedFd, Errno> {
@@ -399,45 +395,29 @@ impl BindOptions {
         let mut bind = false;
         for option in options {
             let option = option.as_ref();
-            let propagation = |p, recursive| (Some(p), recursive);
-            let (prop, rec) = match option {
-                "bind" => {
-                    bind = true;
-                    continue;
+            match option {
+                "bind" => bind = true,
+                "rbind" => (bind, out.recursive) = (true, true),
+                "ro" | "rw" => out.read_only = option == "ro",
+                "nosuid" | "suid" => out.nosuid = option == "nosuid",
+                "nodev" | "dev" => out.nodev = option == "nodev",
+                "noexec" | "exec" => out.noexec = option == "noexec",
+                _ => {
+                    // `r<word>` is the recursive form of each propagation word.
+                    let (word, recursive) = match option.strip_prefix('r') {
+                        Some(rest @ ("private" | "slave" | "shared" | "unbindable")) => (rest, true),
+                        _ => (option, false),
+                    };
+                    out.propagation = Some(match word {
+                        "private" => Propagation::Private,
+                        "slave" => Propagation::Slave,
+                        "shared" => Propagation::Shared,
+                        "unbindable" => Propagation::Unbindable,
+                        other => return Err(other.to_owned()),
+                    });
+                    out.recursive_propagation = recursive;
                 }
-                "rbind" => {
-                    bind = true;
-                    out.recursive = true;
-                    continue;
-                }
-                "ro" | "rw" => {
-                    out.read_only = option == "ro";
-                    continue;
-                }
-                "nosuid" | "suid" => {
-                    out.nosuid = option == "nosuid";
-                    continue;
-                }
-                "nodev" | "dev" => {
-                    out.nodev = option == "nodev";
-                    continue;
-                }
-                "noexec" | "exec" => {
-                    out.noexec = option == "noexec";
-                    continue;
-                }
-                "private" => propagation(Propagation::Private, false),
-                "rprivate" => propagation(Propagation::Private, true),
-                "slave" => propagation(Propagation::Slave, false),
-                "rslave" => propagation(Propagation::Slave, true),
-                "shared" => propagation(Propagation::Shared, false),
-                "rshared" => propagation(Propagation::Shared, true),
-                "unbindable" => propagation(Propagation::Unbindable, false),
-                "runbindable" => propagation(Propagation::Unbindable, true),
-                other => return Err(other.to_owned()),
-            };
-            out.propagation = prop;
-            out.recursive_propagation = rec;
+            }
         }
         Ok(bind.then_some(out))
     }

@@ -98,7 +98,7 @@ pub struct ResolvedDir {
 impl ResolvedDir {
     /// `/proc/self/fd/<n>`: the resolved directory, for path-based calls in this process.
     pub fn proc_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+        proc_fd(&self.fd)
     }
 }
 
@@ -415,7 +415,7 @@ impl Root {
             }
             if created {
                 // mkdir applied the umask; the caller asked for exactly `mode`.
-                let proc = PathBuf::from(format!("/proc/self/fd/{}", current.as_raw_fd()));
+                let proc = proc_fd(&current);
                 std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode))
                     .map_err(|e| self.err("chmod", &so_far, e))?;
             }
@@ -537,8 +537,13 @@ fn clear_temp(dir: &ResolvedDir, temp: &OsStr) -> nix::Result<()> {
     }
 }
 
+/// `/proc/self/fd/<n>`: the file `fd` names, for path-based calls in this process.
+pub(crate) fn proc_fd(fd: &impl AsRawFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
 fn fd_path(fd: &OwnedFd) -> io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    std::fs::read_link(proc_fd(fd))
 }
 
 /// The names and `..`s of `path`, in order (`/` and `.` dropped).

@@ -9,19 +9,13 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
-use nvinject_fsio::mount::{BindOptions, MountApi, Propagation};
+use nvinject_fsio::mount::{BindOptions, MountApi};
 use nvinject_fsio::root::Root;
 
 /// What CDI specs ask for a driver file: `ro, nosuid, nodev, rbind, rprivate`.
-const DRIVER_FILE: BindOptions = BindOptions {
-    recursive: true,
-    read_only: true,
-    nosuid: true,
-    nodev: true,
-    noexec: false,
-    propagation: Some(Propagation::Private),
-    recursive_propagation: true,
-};
+fn driver_file() -> BindOptions {
+    BindOptions::from_oci_options(&["ro", "nosuid", "nodev", "rbind", "rprivate"]).unwrap().unwrap()
+}
 
 /// Runs `body` in a thread with a private mount namespace.
 fn in_private_mount_ns(body: impl FnOnce() + Send + 'static) {
@@ -73,7 +67,7 @@ fn a_driver_file_is_mounted_read_only_and_private_with_either_api() {
             let l = layout();
             let root = Root::open(&l.root).unwrap();
             let dest = Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
-            let used = root.bind_mount(&l.source, dest, &DRIVER_FILE, api).unwrap();
+            let used = root.bind_mount(&l.source, dest, &driver_file(), api).unwrap();
             if api == MountApi::Classic {
                 assert_eq!(used, MountApi::Classic);
             }
@@ -107,7 +101,7 @@ fn a_directory_source_gets_a_directory_mountpoint() {
         fs::create_dir_all(&src_dir).unwrap();
         fs::write(src_dir.join("gsp.bin"), b"fw").unwrap();
         let root = Root::open(&l.root).unwrap();
-        root.bind_mount(&src_dir, Path::new("/lib/firmware/nvidia/550"), &DRIVER_FILE, MountApi::Auto)
+        root.bind_mount(&src_dir, Path::new("/lib/firmware/nvidia/550"), &driver_file(), MountApi::Auto)
             .unwrap();
         let mounted = l.root.join("lib/firmware/nvidia/550");
         assert_eq!(fs::read(mounted.join("gsp.bin")).unwrap(), b"fw");
@@ -134,7 +128,7 @@ fn image_symlinks_keep_the_mount_inside_the_root() {
             root.bind_mount(
                 &l.source,
                 Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
-                &DRIVER_FILE,
+                &driver_file(),
                 MountApi::Auto,
             )
             .unwrap();
@@ -165,7 +159,7 @@ fn a_proc_magic_link_a_procfs_target_and_a_link_loop_are_refused_and_a_dangling_
         symlink("/usr/lib/loop2.so", l.root.join("usr/lib/loop1.so")).unwrap();
         symlink("/usr/lib/loop1.so", l.root.join("usr/lib/loop2.so")).unwrap();
         let root = Root::open(&l.root).unwrap();
-        let bind = |dest: &str| root.bind_mount(&l.source, Path::new(dest), &DRIVER_FILE, MountApi::Auto);
+        let bind = |dest: &str| root.bind_mount(&l.source, Path::new(dest), &driver_file(), MountApi::Auto);
 
         let err = bind("/usr/lib/x86_64-linux-gnu/libcuda.so.1").unwrap_err().to_string();
         // ELOOP (RESOLVE_NO_MAGICLINKS, explained as a magic link) or, before that, EACCES from
@@ -202,14 +196,14 @@ fn a_mountpoint_of_the_wrong_type_or_a_fifo_never_blocks_or_mixes() {
         fs::create_dir_all(l.root.join("usr/bin/nvidia-smi")).unwrap();
         let root = Root::open(&l.root).unwrap();
         let err = root
-            .bind_mount(&l.source, Path::new("/usr/bin/nvidia-smi"), &DRIVER_FILE, MountApi::Auto)
+            .bind_mount(&l.source, Path::new("/usr/bin/nvidia-smi"), &driver_file(), MountApi::Auto)
             .unwrap_err()
             .to_string();
         assert!(err.contains("mountpoint in the image is one"), "{err}");
         // A FIFO the image put at the mountpoint is opened O_PATH (no reader needed) and covered.
         let fifo = l.root.join("etc/nvidia.icd");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-        root.bind_mount(&l.source, Path::new("/etc/nvidia.icd"), &DRIVER_FILE, MountApi::Auto).unwrap();
+        root.bind_mount(&l.source, Path::new("/etc/nvidia.icd"), &driver_file(), MountApi::Auto).unwrap();
         assert_eq!(fs::read(&fifo).unwrap(), b"driver bytes");
         unmount(&fifo);
     });
@@ -221,8 +215,9 @@ fn a_missing_source_names_itself() {
         let l = layout();
         let root = Root::open(&l.root).unwrap();
         let missing = l.host.join("libnvidia-ml.so.1");
-        let err =
-            root.bind_mount(&missing, Path::new("/usr/lib/x.so"), &DRIVER_FILE, MountApi::Auto).unwrap_err();
+        let err = root
+            .bind_mount(&missing, Path::new("/usr/lib/x.so"), &driver_file(), MountApi::Auto)
+            .unwrap_err();
         assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
         assert!(!l.root.join("usr/lib/x.so").exists(), "nothing is created for a source that is not there");
     });

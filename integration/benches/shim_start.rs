@@ -173,17 +173,6 @@ fn spec_without_mounts_or_hooks(spec: &Value, kind: &str) -> Value {
     spec
 }
 
-/// Sets `[runtime] one-hook-run` in the node's config (read by the shim at every start).
-fn set_mounts_in_hook(config_path: &std::path::Path, in_hook: bool) {
-    let config = std::fs::read_to_string(config_path).expect("config");
-    let cleaned: String =
-        config.lines().filter(|l| !l.starts_with("one-hook-run")).map(|l| format!("{l}\n")).collect();
-    let updated = cleaned.replacen("[runtime]\n", &format!("[runtime]\none-hook-run = {in_hook}\n"), 1);
-    if updated != config {
-        std::fs::write(config_path, updated).expect("config");
-    }
-}
-
 fn pss_kib(pid: i32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -231,7 +220,7 @@ fn main() {
 
     // Warm up page cache, snapshotter and binaries.
     for (i, (_, opts, in_hook)) in variants.iter().enumerate() {
-        set_mounts_in_hook(&node.config_path, *in_hook);
+        node.set_one_hook_run(*in_hook).expect("config");
         for w in 0..2 {
             let r = node.run(&format!("warm-{i}-{w}"), opts).expect("warm-up run");
             assert_eq!(r.status, 0, "warm-up failed: {}", r.stderr);
@@ -241,7 +230,7 @@ fn main() {
     let load_before = loadavg();
     for round in 0..runs {
         for (i, (name, opts, in_hook)) in variants.iter().enumerate() {
-            set_mounts_in_hook(&node.config_path, *in_hook);
+            node.set_one_hook_run(*in_hook).expect("config");
             let id = format!("b-{i}-{round}");
             let t = Instant::now();
             let r = node.run(&id, opts).expect("run");
@@ -252,7 +241,7 @@ fn main() {
     }
 
     let load_after = loadavg();
-    set_mounts_in_hook(&node.config_path, true);
+    node.set_one_hook_run(true).expect("config");
     samples.write("main", &[&series[0], &series[1], &series[2], &series[3]]);
     println!(
         "\n== container start wall time: `ctr run --rm` (create, start, exit, delete), {runs} runs each, interleaved \

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
 use serde_json::Value;
@@ -16,7 +17,7 @@ use serde_json::Value;
 use crate::containerd::{Containerd, ContainerdOptions, toml_str};
 use crate::error::{HarnessError, Result, io};
 use crate::image::{self, BuiltImage, ImageSpec};
-use crate::process;
+use crate::{mounts, process};
 
 /// The runtime type containerd maps to `containerd-shim-nvinject-v2`.
 pub const NVINJECT_RUNTIME: &str = "io.containerd.nvinject.v2";
@@ -273,6 +274,44 @@ impl GpuNode {
             stdout,
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
+    }
+
+    /// Sets `[runtime] one-hook-run` in the node's config (the shim reads it at every start);
+    /// the file is rewritten only when that changes it.
+    pub fn set_one_hook_run(&self, on: bool) -> Result<()> {
+        let path = &self.config_path;
+        let config = fs::read_to_string(path).map_err(io("read", path))?;
+        let kept: String =
+            config.lines().filter(|l| !l.starts_with("one-hook-run")).map(|l| format!("{l}\n")).collect();
+        let updated = kept.replacen("[runtime]\n", &format!("[runtime]\none-hook-run = {on}\n"), 1);
+        if updated != config {
+            fs::write(path, updated).map_err(io("write", path))?;
+        }
+        Ok(())
+    }
+
+    /// Asserts (panics) that nothing of the containers `ids` survived them: no shim or proxy
+    /// process (they exit asynchronously after the delete, so this waits up to 10 s), no process
+    /// on a bundle, no mount under containerd's state, no task or container, no shim socket.
+    pub fn assert_no_leftovers(&self, ids: &[&str]) {
+        let state = self.containerd.state.to_string_lossy().into_owned();
+        let socket = self.containerd.socket.to_string_lossy().into_owned();
+        let gone = process::wait_for("shims of finished containers to exit", Duration::from_secs(10), || {
+            self.containerd.shim_processes().is_empty().then_some(())
+        });
+        assert!(gone.is_ok(), "shim processes left: {:?}", self.containerd.shim_processes());
+        assert!(process::find_processes(&format!("--bundle {state}")).is_empty());
+        assert!(mounts::mounts_under(&self.containerd.state).is_empty(), "mounts left under {state}");
+        for what in ["tasks", "containers"] {
+            let out = process::run(self.containerd.ctr().args([what, "list", "-q"])).unwrap();
+            assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty(), "{what} left on {socket}");
+        }
+        // Neither the runc shim's socket nor the proxy's survives the container.
+        for id in ids {
+            for socket in self.containerd.shim_sockets(&self.containerd.namespace, id) {
+                assert!(!socket.exists(), "{} left behind for {id}", socket.display());
+            }
+        }
     }
 
     /// The shim's JSON log lines about container `id`.

@@ -6,35 +6,14 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use nvinject_integration::node::{GpuNode, NodeOptions, RunOptions, report_devices};
-use nvinject_integration::{mounts, process};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn assert_no_leftovers(node: &GpuNode, ids: &[&str]) {
-    let state = node.containerd.state.to_string_lossy().into_owned();
-    let gone = process::wait_for("shims of finished containers to exit", Duration::from_secs(10), || {
-        node.containerd.shim_processes().is_empty().then_some(())
-    });
-    assert!(gone.is_ok(), "shim processes left: {:?}", node.containerd.shim_processes());
-    assert!(process::find_processes(&format!("--bundle {state}")).is_empty());
-    assert!(mounts::mounts_under(&node.containerd.state).is_empty(), "mounts left under {state}");
-    let tasks = process::run(node.containerd.ctr().args(["tasks", "list", "-q"])).unwrap();
-    assert!(String::from_utf8_lossy(&tasks.stdout).trim().is_empty(), "tasks left");
-    let containers = process::run(node.containerd.ctr().args(["containers", "list", "-q"])).unwrap();
-    assert!(String::from_utf8_lossy(&containers.stdout).trim().is_empty(), "containers left");
-    for id in ids {
-        for socket in node.containerd.shim_sockets(&node.containerd.namespace, id) {
-            assert!(!socket.exists(), "{} left behind for {id}", socket.display());
-        }
-    }
 }
 
 /// nvidia-ctk's recorded h100x8 spec with this node's roots in place of its placeholders.
@@ -178,7 +157,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
         assert!(refused.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", refused.stderr);
     }
     std::fs::remove_file(&link).unwrap();
-    assert_no_leftovers(&node, &["nv0", "nv-hooks", "nv-link"]);
+    node.assert_no_leftovers(&["nv0", "nv-hooks", "nv-link"]);
 }
 
 fn request(device: &str) -> RunOptions {

@@ -66,29 +66,6 @@ fn annotation(value: &str) -> Vec<(String, String)> {
     vec![("cdi.k8s.io/test".into(), value.into())]
 }
 
-fn assert_no_leftovers(node: &GpuNode, ids: &[&str]) {
-    // Shims (runc's and our proxies) exit asynchronously after the container is deleted.
-    let state = node.containerd.state.to_string_lossy().into_owned();
-    let socket = node.containerd.socket.to_string_lossy().into_owned();
-    let gone = process::wait_for("shims of finished containers to exit", Duration::from_secs(10), || {
-        let procs = node.containerd.shim_processes();
-        procs.is_empty().then_some(())
-    });
-    assert!(gone.is_ok(), "shim processes left: {:?}", node.containerd.shim_processes());
-    assert!(process::find_processes(&format!("--bundle {state}")).is_empty());
-    assert!(mounts::mounts_under(&node.containerd.state).is_empty(), "mounts left under {state}");
-    let tasks = process::run(node.containerd.ctr().args(["tasks", "list", "-q"])).unwrap();
-    assert!(String::from_utf8_lossy(&tasks.stdout).trim().is_empty(), "tasks left on {socket}");
-    let containers = process::run(node.containerd.ctr().args(["containers", "list", "-q"])).unwrap();
-    assert!(String::from_utf8_lossy(&containers.stdout).trim().is_empty(), "containers left");
-    // Neither the runc shim's socket nor the proxy's survives the container.
-    for id in ids {
-        for socket in node.containerd.shim_sockets(&node.containerd.namespace, id) {
-            assert!(!socket.exists(), "{} left behind for {id}", socket.display());
-        }
-    }
-}
-
 #[test]
 fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
     let _s = serial();
@@ -120,7 +97,7 @@ fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
     assert_eq!(line["requested"], "nvidia.com/gpu=1");
     assert_eq!(line["injected"], "nvidia.com/gpu=1");
     assert!(line["source"].as_str().unwrap().starts_with("annotations"), "{line}");
-    assert_no_leftovers(&node, &["s1"]);
+    node.assert_no_leftovers(&["s1"]);
 }
 
 #[test]
@@ -145,7 +122,7 @@ fn s2_env_requests_are_honoured_for_privileged_containers_only() {
     let line = create_line(&node, "s2-unpriv");
     assert_eq!(line["injected"], "");
     assert!(line["ignored"].as_str().unwrap().contains("not privileged"), "{line}");
-    assert_no_leftovers(&node, &["s2-priv", "s2-unpriv"]);
+    node.assert_no_leftovers(&["s2-priv", "s2-unpriv"]);
 }
 
 #[test]
@@ -166,7 +143,7 @@ fn s3_volume_mount_requests_name_devices_by_uuid() {
     let smi = smi_lines(run.report());
     assert!(smi.len() == 1 && smi[0].contains(&uuid), "{smi:?}");
     assert_eq!(create_line(&node, "s3")["source"], "volume-mounts");
-    assert_no_leftovers(&node, &["s3"]);
+    node.assert_no_leftovers(&["s3"]);
 }
 
 #[test]
@@ -185,7 +162,7 @@ fn s4_all_gives_every_gpu() {
     for i in 0..8 {
         assert!(smi.iter().any(|l| l.contains(&node.gpu_uuid(i))), "GPU {i} missing from {smi:?}");
     }
-    assert_no_leftovers(&node, &["s4"]);
+    node.assert_no_leftovers(&["s4"]);
 }
 
 #[test]
@@ -206,7 +183,7 @@ fn s5_a_mig_device_brings_its_parent_gpu_and_capability_nodes() {
     assert!(smi.iter().any(|l| l.contains("MIG-")), "nvidia-smi shows the MIG device: {smi:?}");
     let line = create_line(&node, "s5");
     assert_eq!(line["injected"], "nvidia.com/gpu=0:1");
-    assert_no_leftovers(&node, &["s5"]);
+    node.assert_no_leftovers(&["s5"]);
 }
 
 #[test]
@@ -223,7 +200,7 @@ fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
         assert!(run.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", run.stderr);
     }
     assert!(run.report.is_none());
-    assert_no_leftovers(&node, &["s6", "s6-other", "s6-bad"]);
+    node.assert_no_leftovers(&["s6", "s6-other", "s6-bad"]);
     // No half-written files: the spec dir holds exactly the spec, unchanged; no bundle survives.
     let names: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, [node.spec_path.file_name().unwrap()]);
@@ -258,7 +235,7 @@ fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
         .unwrap();
     assert_ne!(bad.status, 0);
     assert!(bad.stderr.contains("nvidia.com-gpu.json"), "the malformed spec is named: {}", bad.stderr);
-    assert_no_leftovers(&node, &["s6", "s6-other", "s6-bad"]);
+    node.assert_no_leftovers(&["s6", "s6-other", "s6-bad"]);
 }
 
 #[test]
@@ -281,7 +258,7 @@ fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
     assert_eq!(targets(a), targets(b));
     let line = create_line(&node, "s8-ours");
     assert_eq!(line["wrote"], false, "config.json must not be rewritten: {line}");
-    assert_no_leftovers(&node, &["s8-ours", "s8-runc"]);
+    node.assert_no_leftovers(&["s8-ours", "s8-runc"]);
 }
 
 /// Scenario 7: a CRI pod (runtime handler `nvidia`) with two containers asking for different GPUs,
@@ -479,7 +456,7 @@ fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
         .unwrap();
     assert_eq!(again.status, 0, "{}", again.stderr);
     assert_eq!(create_line(&node, "s9-again")["regenerated"], "[]");
-    assert_no_leftovers(&node, &["s9", "s9-again"]);
+    node.assert_no_leftovers(&["s9", "s9-again"]);
 }
 
 /// The injected mounts of a report, in the order the kernel lists them: target, options,
@@ -526,10 +503,8 @@ fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
     assert_eq!(line["hooks_merged"], 2, "{line}");
 
     // The same container with the mounts left to runc (the proxy reads its config per start).
-    let config = std::fs::read_to_string(&node.config_path).unwrap();
-    assert!(config.contains("[runtime]\n"), "{config}");
-    std::fs::write(&node.config_path, config.replace("[runtime]\n", "[runtime]\none-hook-run = false\n"))
-        .unwrap();
+    node.set_one_hook_run(false).unwrap();
+    assert!(std::fs::read_to_string(&node.config_path).unwrap().contains("one-hook-run = false"));
     let by_runc = node.run("s10-runc", &request).unwrap();
     assert_eq!(by_runc.status, 0, "{}", by_runc.stderr);
     let runc_line = create_line(&node, "s10-runc");
@@ -556,5 +531,5 @@ fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
     assert!(!propagation.contains("shared:") && !propagation.contains("master:"), "{target}: {propagation}");
     // And the library behind the mount works.
     assert_eq!(by_hook.report()["nvml"]["dlopen"], "ok", "{}", by_hook.report()["nvml"]);
-    assert_no_leftovers(&node, &["s10-hook", "s10-runc"]);
+    node.assert_no_leftovers(&["s10-hook", "s10-runc"]);
 }

@@ -132,18 +132,17 @@ fn take_binds(oci: &mut Value, injected: &[Mount]) -> Vec<Bind> {
         return Vec::new();
     };
     let mut movable: Vec<Option<Bind>> = mounts.iter().map(|m| as_injected_bind(m, injected)).collect();
+    let destinations: Vec<&str> =
+        mounts.iter().map(|m| m.get("destination").and_then(Value::as_str).unwrap_or("")).collect();
     // Until nothing changes: keeping one mount with runc can make a mount above it unmovable.
     loop {
         let mut changed = false;
         for i in 0..mounts.len() {
-            let Some(bind) = &movable[i] else { continue };
-            let below_one_kept = mounts.iter().enumerate().any(|(j, other)| {
-                movable[j].is_none()
-                    && other
-                        .get("destination")
-                        .and_then(Value::as_str)
-                        .is_some_and(|d| is_strictly_below(d, &bind.destination.to_string_lossy()))
-            });
+            if movable[i].is_none() {
+                continue;
+            }
+            let below_one_kept = (0..mounts.len())
+                .any(|j| movable[j].is_none() && is_strictly_below(destinations[j], destinations[i]));
             if below_one_kept {
                 movable[i] = None;
                 changed = true;

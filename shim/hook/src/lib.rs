@@ -167,6 +167,8 @@ pub struct Bind {
     pub destination: PathBuf,
     /// OCI mount options (`ro`, `nosuid`, `nodev`, `rbind`, `rprivate`, ...).
     pub options: Vec<String>,
+    /// What `options` mean, read once when the bind is made.
+    parsed: BindOptions,
 }
 
 impl Bind {
@@ -181,8 +183,13 @@ impl Bind {
         {
             return None;
         }
-        BindOptions::from_oci_options(options).ok()??;
-        Some(Bind { source: source.into(), destination: destination.into(), options: options.to_vec() })
+        let parsed = BindOptions::from_oci_options(options).ok()??;
+        Some(Bind {
+            source: source.into(),
+            destination: destination.into(),
+            options: options.to_vec(),
+            parsed,
+        })
     }
 
     /// The `--mount` value.
@@ -201,17 +208,16 @@ impl Bind {
         };
         let options: Vec<String> =
             if options.is_empty() { Vec::new() } else { options.split(',').map(str::to_owned).collect() };
-        if let Err(unknown) = BindOptions::from_oci_options(&options) {
-            return Err(bad(&format!("option {unknown:?} is not a bind-mount option this hook can apply")));
-        }
         Bind::new(source, destination, &options).ok_or_else(|| {
-            bad("both paths must be absolute (and not /), and the options must include bind or rbind")
+            match BindOptions::from_oci_options(&options) {
+                Err(unknown) => {
+                    bad(&format!("option {unknown:?} is not a bind-mount option this hook can apply"))
+                }
+                Ok(_) => {
+                    bad("both paths must be absolute (and not /), and the options must include bind or rbind")
+                }
+            }
         })
-    }
-
-    fn bind_options(&self) -> BindOptions {
-        // Checked in `new`.
-        BindOptions::from_oci_options(&self.options).ok().flatten().unwrap_or_default()
     }
 }
 
@@ -220,7 +226,7 @@ impl Bind {
 /// first failure stops the run, and runc fails the container with its message.
 pub fn bind_mounts(root: &Root, binds: &[Bind], api: MountApi) -> Result<(), HookError> {
     for bind in binds {
-        let used = root.bind_mount(&bind.source, &bind.destination, &bind.bind_options(), api)?;
+        let used = root.bind_mount(&bind.source, &bind.destination, &bind.parsed, api)?;
         tracing::trace!(source = %bind.source.display(), destination = %bind.destination.display(), ?used, "mounted");
     }
     Ok(())

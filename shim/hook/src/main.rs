@@ -126,34 +126,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let root_path = hook::container_root(&state.bundle)?;
     hook::check_before_pivot(&root_path)?;
     let root = Root::open(&root_path)?;
-    // Parsed before anything is done, so a bad argument changes nothing.
-    let binds = cli.mounts.iter().map(|m| hook::Bind::parse(m)).collect::<Result<Vec<_>, _>>()?;
-    let api = if cli.classic_mount_api { MountApi::Classic } else { MountApi::Auto };
-    hook::bind_mounts(&root, &binds, api)?;
-    match cli.command {
-        Cmd::BindMounts => {}
-        Cmd::CreateSymlinks { links } => {
-            let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
-            hook::create_symlinks(&root, &links)?;
-        }
+    let (links, folders) = match cli.command {
+        Cmd::BindMounts => (Vec::new(), None),
+        Cmd::CreateSymlinks { links } => (links, None),
         Cmd::UpdateLdcache { folders, ldconfig_path } => {
             if let Some(ignored) = ldconfig_path {
                 tracing::debug!(ldconfig = %ignored.display(), "--ldconfig-path ignored: no program is run");
             }
-            hook::update_ldcache(&root, &folders, &[])?;
+            (Vec::new(), Some(folders))
         }
-        Cmd::Inject { links, folders, ldconfig_path: _ } => {
-            let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
-            hook::create_symlinks(&root, &links)?;
-            if !folders.is_empty() {
-                let injected: Vec<PathBuf> = binds
-                    .iter()
-                    .map(|b| b.destination.clone())
-                    .chain(links.iter().map(|l| l.link.clone()))
-                    .collect();
-                hook::update_ldcache(&root, &folders, &injected)?;
-            }
-        }
+        Cmd::Inject { links, folders, ldconfig_path: _ } => (links, (!folders.is_empty()).then_some(folders)),
+    };
+    // Parsed before anything is done, so a bad argument changes nothing.
+    let binds = cli.mounts.iter().map(|m| hook::Bind::parse(m)).collect::<Result<Vec<_>, _>>()?;
+    let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
+    let api = if cli.classic_mount_api { MountApi::Classic } else { MountApi::Auto };
+    // Every subcommand is these three steps, each with what it was given: the mounts, the links,
+    // then the cache. The cache is built on the image's own from what this run mounted and
+    // linked (a spec's own update-ldcache run is given neither: a full scan).
+    hook::bind_mounts(&root, &binds, api)?;
+    hook::create_symlinks(&root, &links)?;
+    if let Some(folders) = folders {
+        let injected: Vec<PathBuf> =
+            binds.iter().map(|b| b.destination.clone()).chain(links.iter().map(|l| l.link.clone())).collect();
+        hook::update_ldcache(&root, &folders, &injected)?;
     }
     Ok(())
 }
