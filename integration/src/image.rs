@@ -76,7 +76,8 @@ pub fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
-fn copy_into(root: &Path, host: &Path, dest: &Path) -> Result<()> {
+/// Copies host file `host` to `dest` (absolute, inside the image) under `root`, parents made.
+pub fn copy_into(root: &Path, host: &Path, dest: &Path) -> Result<()> {
     let target = root.join(dest.strip_prefix("/").unwrap_or(dest));
     if let Some(parent) = target.parent() {
         fs::create_dir_all(parent).map_err(io("create", parent))?;
@@ -86,7 +87,7 @@ fn copy_into(root: &Path, host: &Path, dest: &Path) -> Result<()> {
 }
 
 /// Where a host file lands in a merged-/usr image: its directory canonicalized, its own name kept.
-fn canonical_dest(host: &Path) -> Result<PathBuf> {
+pub fn canonical_dest(host: &Path) -> Result<PathBuf> {
     let dir = host.parent().unwrap_or(Path::new("/"));
     let dir = fs::canonicalize(dir).map_err(io("resolve", dir))?;
     Ok(dir.join(host.file_name().unwrap_or_default()))
@@ -171,6 +172,12 @@ pub fn build(spec: &ImageSpec, out: &Path) -> Result<BuiltImage> {
 /// Packs an assembled (and possibly edited) root as a one-layer OCI layout tar at `out`, with
 /// `spec`'s name, `Env` and `Cmd`.
 pub fn pack(spec: &ImageSpec, root: &Path, out: &Path) -> Result<BuiltImage> {
+    pack_with_digest(spec, root, out).map(|(image, _)| image)
+}
+
+/// [`pack`], also returning the manifest's digest (`sha256:<hex>`, what `ctr images ls` shows):
+/// the same for the same inputs.
+pub fn pack_with_digest(spec: &ImageSpec, root: &Path, out: &Path) -> Result<(BuiltImage, String)> {
     let work = work_dir_near(out)?;
     let layout = work.path().join("layout");
     let blobs = layout.join("blobs/sha256");
@@ -228,15 +235,24 @@ pub fn pack(spec: &ImageSpec, root: &Path, out: &Path) -> Result<BuiltImage> {
         .map_err(io("write", &layout))?;
     fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
         .map_err(io("write", &layout))?;
+    // The layout's own files get fixed modes too, so the builder's umask does not reach the archive.
     process::run(
         Command::new("tar")
-            .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-C"])
+            .args([
+                "--sort=name",
+                "--mtime=@0",
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+                "--mode=u=rwX,go=rX",
+                "-C",
+            ])
             .arg(&layout)
             .arg("-cf")
             .arg(out)
             .args(["oci-layout", "index.json", "blobs"]),
     )?;
-    Ok(BuiltImage { tar: out.to_owned(), name: spec.name.clone() })
+    Ok((BuiltImage { tar: out.to_owned(), name: spec.name.clone() }, format!("sha256:{manifest_digest}")))
 }
 
 #[cfg(test)]

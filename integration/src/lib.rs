@@ -3,7 +3,7 @@
 //!
 //! This library is the harness those tests share: a private containerd started and stopped by PID
 //! ([`containerd`]), test images built from host binaries ([`image`]), a CRI client ([`cri`]),
-//! process and mount bookkeeping for cleanup and leak checks ([`process`], [`mounts`]), and the
+//! nvinject's own image ([`release_image`]), process and mount bookkeeping for cleanup and leak checks ([`process`], [`mounts`]), and the
 //! nvinject pieces wired together on a simulated node ([`node`]). It must never touch the host's
 //! containerd configuration, stop a process it did not start, or leave a mount behind.
 
@@ -17,6 +17,7 @@ pub mod mounts;
 pub mod namespace;
 pub mod node;
 pub mod process;
+pub mod release_image;
 pub mod rootfs_attack;
 
 pub use error::{HarnessError, Result};
