@@ -1081,6 +1081,44 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any value: no panic; an error is short and printable; a set is exactly the names the
+        /// value lists, or everything when it says `all`.
+        #[test]
+        fn any_value_parses_to_its_names_or_a_short_printable_error(
+            value in proptest::string::string_regex("([a-z0-9 ,\\x00-\\x1f\\u{e9}\\u{202e}]|compute|utility|video|all|ngx){0,40}").unwrap()
+        ) {
+            let names: Vec<&str> = value.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+            match parse(Some(&value), false) {
+                Ok(r) if names.contains(&"all") => proptest::prop_assert_eq!(r.capabilities, Capabilities::ALL),
+                Ok(r) if names.is_empty() => proptest::prop_assert_eq!(r, ok(None)),
+                Ok(r) => {
+                    for c in Capability::ALL {
+                        proptest::prop_assert_eq!(r.capabilities.contains(c), names.contains(&c.name()), "{}", c.name());
+                    }
+                }
+                Err(e) => {
+                    proptest::prop_assert!(!names.contains(&"all"));
+                    proptest::prop_assert!(names.iter().any(|n| Capability::ALL.iter().all(|c| c.name() != *n)));
+                    let text = e.to_string();
+                    proptest::prop_assert!(!text.chars().any(char::is_control), "{:?}", text);
+                    proptest::prop_assert!(e.shown.chars().count() < 6 * SHOWN_CHARS + 40, "{}", e.shown);
+                }
+            }
+        }
+
+        /// Filtering twice with the same set is filtering once.
+        #[test]
+        fn filtering_is_idempotent(bits in 0u8..=Capabilities::ALL.0, golden in 0usize..GOLDENS.len()) {
+            let mut once = all_edits(&load(GOLDENS[golden]));
+            filter_edits(&mut once, Capabilities(bits));
+            let mut twice = once.clone();
+            let again = filter_edits(&mut twice, Capabilities(bits));
+            proptest::prop_assert_eq!(&twice, &once);
+            proptest::prop_assert!(again.left_out.is_empty(), "{:?}", again.left_out);
+        }
+    }
+
     fn hook(path: &str, args: &[&str]) -> Hook {
         Hook {
             hook_name: "createContainer".into(),

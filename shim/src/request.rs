@@ -13,6 +13,10 @@
 //!
 //! Bare ids (`1`, `GPU-...`) get the default kind. Duplicates are dropped, keeping first-seen
 //! order. Sandbox (pause) containers ask for nothing by definition.
+//!
+//! A request from the env or volume mounts with at least one bare id is a legacy request, whose
+//! driver files follow `NVIDIA_DRIVER_CAPABILITIES` (see [`crate::capabilities`]); annotations and
+//! requests of only qualified CDI names get the whole spec, as NVIDIA's runtime gives them.
 
 use std::collections::BTreeSet;
 use std::fmt;
