@@ -164,3 +164,57 @@ fn cdi_requests_ignore_the_variable_and_unknown_capabilities_fail_clearly() {
     assert!(node.shim_log_for("caps-bad").iter().any(|l| l["message"] == "container create refused"));
     node.assert_no_leftovers(&["caps-cdi", "caps-bad"]);
 }
+
+/// Volume-mount requests and (where the policy accepts them) unprivileged env requests are legacy
+/// requests too: `video` brings compute's files and no utility, `graphics` no CUDA.
+#[test]
+fn volume_mounts_and_accepted_unprivileged_env_follow_the_variable() {
+    let _s = serial();
+    let node = GpuNode::start(&NodeOptions {
+        preset: "h100x8".into(),
+        config_extra: "[requests]\naccept-nvidia-visible-devices-as-volume-mounts = true\n\
+                       accept-env-unprivileged = true\n"
+            .into(),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("node setup: {e}"));
+    let spec = spec_mounts(&node);
+
+    let uuid = node.gpu_uuid(3);
+    let mount =
+        format!("type=bind,src=/dev/null,dst=/var/run/nvidia-container-devices/{uuid},options=rbind:ro");
+    let env = vec![("NVIDIA_DRIVER_CAPABILITIES".to_owned(), "video".to_owned())];
+    let run = node.run("caps-video", &RunOptions { mounts: vec![mount], env, ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let files = mounted(run.report(), &spec);
+    for present in ["libnvcuvid.so", "libnvidia-encode.so", "libcuda.so"] {
+        assert!(has_file(&files, present), "{present} missing for video: {files:?}");
+    }
+    for absent in ["nvidia-smi", "libnvidia-ml.so", "libGLX_nvidia.so"] {
+        assert!(!has_file(&files, absent), "{absent} injected for video: {files:?}");
+    }
+    assert!(run.report()["nvidia_smi"].is_null(), "{}", run.report()["nvidia_smi"]);
+    assert_devices(run.report());
+    let line = create_line(&node, "caps-video");
+    assert_eq!(
+        (line["source"].as_str(), line["capabilities"].as_str()),
+        (Some("volume-mounts"), Some("video"))
+    );
+
+    let env = vec![
+        ("NVIDIA_VISIBLE_DEVICES".to_owned(), "3".to_owned()),
+        ("NVIDIA_DRIVER_CAPABILITIES".to_owned(), "graphics".to_owned()),
+    ];
+    let run = node.run("caps-graphics", &RunOptions { env, ..Default::default() }).unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let files = mounted(run.report(), &spec);
+    for present in ["libGLX_nvidia.so", "libEGL_nvidia.so", "libnvidia-glcore.so", "nvidia_icd.json"] {
+        assert!(has_file(&files, present), "{present} missing for graphics: {files:?}");
+    }
+    for absent in ["libcuda.so", "nvidia-smi", "libnvcuvid.so"] {
+        assert!(!has_file(&files, absent), "{absent} injected for graphics: {files:?}");
+    }
+    assert!(ldconfig_has(run.report(), "libGLX_nvidia.so.0"), "{}", run.report()["ldconfig"]);
+    assert_devices(run.report());
+    node.assert_no_leftovers(&["caps-video", "caps-graphics"]);
+}
