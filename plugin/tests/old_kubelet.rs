@@ -2,8 +2,9 @@
 //! exactly that (raw HTTP/2 written by `h2wire`, header blocks encoded as grpc-go encodes them)
 //! is answered by the plugin; the same requests to a bare tonic server are reset with
 //! PROTOCOL_ERROR, and answered once that server's connections go through the plugin's
-//! `transport::incoming`. Real gRPC over unix sockets; the plugin test needs root (the simulated
-//! node has real device nodes).
+//! `transport::incoming`. grpc-go plugins (NVIDIA's) register the same way: kubelet-sim takes
+//! their registration through that adapter. Real gRPC over unix sockets; the plugin test needs
+//! root (the simulated node has real device nodes).
 
 mod common;
 mod h2wire;
@@ -11,7 +12,7 @@ mod h2wire;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Node, PATIENCE, Plugin, kubelet_dir, plugin_args};
+use common::{Kubelet, Node, PATIENCE, Plugin, kubelet_dir, plugin_args};
 use h2wire::{
     PROTOCOL_ERROR, RawClient, StreamSeen, grpc_go_first_block, grpc_go_next_block, grpc_message,
     grpc_messages,
@@ -210,4 +211,59 @@ fn bare_tonic_resets_the_old_kubelet_and_the_plugin_transport_lets_it_in() {
             .into_inner()
     });
     assert_eq!(options, api::DevicePluginOptions::default());
+}
+
+/// NVIDIA's device plugin (grpc-go) registers with the socket path as `:authority`: kubelet-sim
+/// answers it, connects back and lists the plugin's devices.
+#[test]
+fn kubelet_sim_takes_a_registration_that_sends_its_socket_path_as_authority() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut kubelet = Kubelet::start(tmp.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    // A plugin that only serves (grpc-go plugins accept tonic's `localhost` when called back).
+    let listener = tokio::net::UnixListener::bind(tmp.path().join("one.sock")).unwrap();
+    rt.spawn(tonic::transport::Server::builder().serve_with_incoming(
+        api::device_plugin_server::DevicePluginServer::new(OneDevice),
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+    ));
+
+    let kubelet_sock = tmp.path().join("kubelet.sock");
+    let request = api::RegisterRequest {
+        version: api::VERSION.into(),
+        endpoint: "one.sock".into(),
+        resource_name: "example.com/dev".into(),
+        options: Some(api::DevicePluginOptions {
+            get_preferred_allocation_available: true,
+            ..Default::default()
+        }),
+    };
+    let mut c = RawClient::connect(&kubelet_sock);
+    c.request(
+        1,
+        &grpc_go_first_block("/v1beta1.Registration/Register", path_str(&kubelet_sock), true),
+        &grpc_message(&request.encode_to_vec()),
+    );
+    let seen = c.wait(1, PATIENCE, |s| s.ended || s.reset.is_some());
+    assert_eq!(seen.reset, None, "kubelet-sim reset the registration: {seen:?}");
+    assert_eq!(seen.header(":status"), Some("200"), "{seen:?}");
+    assert_eq!(seen.header("grpc-status"), Some("0"), "{seen:?}");
+
+    let registered = kubelet.registered("example.com/dev");
+    assert_eq!(registered["endpoint"], "one.sock");
+    assert_eq!(registered["options"]["get_preferred_allocation_available"], true);
+    let devices = kubelet.devices("example.com/dev", |d| !d.is_empty());
+    assert_eq!(devices[0]["id"], "dev-0");
+    assert_eq!(devices[0]["health"], api::HEALTHY);
+
+    // A second registration on the same connection names the authority by table index only.
+    let again = api::RegisterRequest { resource_name: "example.com/other".into(), ..request };
+    c.request(
+        3,
+        &grpc_go_next_block("/v1beta1.Registration/Register", false),
+        &grpc_message(&again.encode_to_vec()),
+    );
+    let seen = c.wait(3, PATIENCE, |s| s.ended || s.reset.is_some());
+    assert_eq!(seen.header("grpc-status"), Some("0"), "{seen:?}");
+    assert_eq!(kubelet.devices("example.com/other", |d| !d.is_empty())[0]["id"], "dev-0");
 }

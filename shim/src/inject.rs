@@ -23,6 +23,7 @@ use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
 
+use crate::capabilities::{self, CapabilityError};
 use crate::config::{Config, RegenerateConfig};
 use crate::proxy::{CreateGate, Rejection};
 use crate::request::{self, Policy, Resolution};
@@ -68,6 +69,9 @@ pub enum InjectError {
     /// A request names something that cannot be a CDI device.
     #[error(transparent)]
     Request(#[from] request::RequestError),
+    /// `NVIDIA_DRIVER_CAPABILITIES` of a legacy (env or volume-mount) request names no capability.
+    #[error(transparent)]
+    Capabilities(#[from] CapabilityError),
     /// A requested device is not in any spec.
     #[error("{error} (requested by {requested_by}; CDI spec dirs searched: {dirs})")]
     Unresolvable {
@@ -125,7 +129,7 @@ impl InjectError {
     /// The ttrpc status containerd gets: the one place errors map to wire codes.
     pub fn code(&self) -> Code {
         match self {
-            InjectError::Request(_) => Code::INVALID_ARGUMENT,
+            InjectError::Request(_) | InjectError::Capabilities(_) => Code::INVALID_ARGUMENT,
             InjectError::Unresolvable { .. }
             | InjectError::Regenerate { .. }
             | InjectError::HostDevice { .. }
@@ -159,6 +163,12 @@ pub struct Outcome {
     pub already_present: Vec<String>,
     /// Requests present but not honoured, with reasons.
     pub ignored: Vec<String>,
+    /// The driver capabilities applied (legacy requests only; empty: the spec as it is).
+    pub capabilities: String,
+    /// Mounts, links, ld-cache folders and hooks the capabilities left out.
+    pub left_out: Vec<String>,
+    /// Files and hooks kept because the capability table does not know them.
+    pub unclassified: Vec<String>,
     /// Spec files regenerated on the way.
     pub regenerated: Vec<PathBuf>,
     /// Injected bind mounts handed to the one `nvinject-hook` run instead of runc.
@@ -221,7 +231,15 @@ impl Injector {
         let mut outcome = Outcome { read_us: micros(t0), ..Default::default() };
 
         let t1 = Instant::now();
-        let (source, names, ignored) = match request::resolve(&oci, &self.policy)? {
+        let resolution = request::resolve(&oci, &self.policy)?;
+        // Read before anything is resolved: a bad value refuses the Create with nothing done.
+        let requested_caps = if resolution.honours_driver_capabilities() {
+            let env = oci.pointer("/process/env").and_then(Value::as_array);
+            Some(capabilities::from_env(env.into_iter().flatten().filter_map(Value::as_str))?)
+        } else {
+            None
+        };
+        let (source, names, ignored) = match resolution {
             Resolution::Sandbox => {
                 outcome.source = "sandbox".into();
                 return Ok(outcome);
@@ -230,13 +248,13 @@ impl Injector {
                 outcome.ignored = describe_ignored(&ignored);
                 return Ok(outcome);
             }
-            Resolution::Devices { source, names, ignored } => (source, names, ignored),
+            Resolution::Devices { source, names, ignored, .. } => (source, names, ignored),
         };
         outcome.source = source.to_string();
         outcome.requested = names.iter().map(ToString::to_string).collect();
         outcome.ignored = describe_ignored(&ignored);
 
-        let edits = {
+        let mut edits = {
             let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             registry.refresh();
             outcome.regenerated = self.create_missing(&mut registry)?;
@@ -246,6 +264,19 @@ impl Injector {
         if outcome.injected.is_empty() {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
+        }
+        if let Some(requested) = requested_caps {
+            // Only removes: what stays is always the spec's own.
+            let filtered = capabilities::filter_edits(&mut edits, requested.capabilities);
+            outcome.capabilities = requested.to_string();
+            outcome.left_out = filtered.left_out;
+            outcome.unclassified = filtered.unclassified;
+            if !outcome.unclassified.is_empty() {
+                tracing::warn!(
+                    unclassified = %outcome.unclassified.join(","),
+                    "files the driver-capability table does not know are injected whatever NVIDIA_DRIVER_CAPABILITIES says"
+                );
+            }
         }
         apply_edits(&mut oci, &edits).map_err(|error| InjectError::Apply {
             path: path.clone(),
@@ -477,6 +508,8 @@ impl CreateGate for Injector {
                 injected = %o.injected.join(","),
                 already_present = %o.already_present.join(","),
                 ignored = %o.ignored.join("; "),
+                capabilities = %o.capabilities,
+                left_out = o.left_out.len(),
                 regenerated = ?o.regenerated,
                 mounts_in_hook = o.mounts_in_hook,
                 hooks_merged = o.hooks_merged,
@@ -908,6 +941,139 @@ mod tests {
         assert!(e.to_string().contains("config.json"));
         f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=bad name"})));
         assert_eq!(inj.inject(&f.bundle()).unwrap_err().code(), Code::INVALID_ARGUMENT);
+    }
+
+    /// A spec with a utility library and a compute library, linked and cached.
+    fn write_two_library_spec(f: &Fixture) {
+        let mut spec = spec_json("550.54.15", &[(0, "GPU-aaa"), (1, "GPU-bbb")]);
+        spec["containerEdits"]["mounts"] = json!([
+            {"hostPath": "/drv/usr/lib/libcuda.so.550.54.15", "containerPath": "/usr/lib/libcuda.so.550.54.15", "options": ["ro", "bind"]},
+            {"hostPath": "/drv/usr/lib/libnvidia-ml.so.550.54.15", "containerPath": "/usr/lib/libnvidia-ml.so.550.54.15", "options": ["ro", "bind"]},
+            {"hostPath": "/drv/usr/bin/nvidia-smi", "containerPath": "/usr/bin/nvidia-smi", "options": ["ro", "bind"]}
+        ]);
+        spec["containerEdits"]["hooks"] = json!([
+            {"hookName": "createContainer", "path": "/opt/nvinject-hook", "args": ["nvinject-hook", "create-symlinks",
+                "--link", "libcuda.so.550.54.15::/usr/lib/libcuda.so.1", "--link", "libnvidia-ml.so.550.54.15::/usr/lib/libnvidia-ml.so.1"]},
+            {"hookName": "createContainer", "path": "/opt/nvinject-hook", "args": ["nvinject-hook", "update-ldcache", "--folder", "/usr/lib"]}
+        ]);
+        fs::write(f.spec_path(), serde_json::to_vec(&spec).unwrap()).unwrap();
+    }
+
+    fn privileged_oci(env: &[&str], annotations: Value) -> Value {
+        let mut oci = oci_with(annotations);
+        let mut all = vec!["PATH=/bin"];
+        all.extend_from_slice(env);
+        oci["process"]["env"] = json!(all);
+        oci["process"]["capabilities"] = json!({"bounding": ["CAP_SYS_ADMIN"]});
+        oci
+    }
+
+    fn destinations(oci: &Value) -> Vec<String> {
+        oci["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn legacy_requests_get_only_the_files_of_their_driver_capabilities() {
+        let mut f = Fixture::new();
+        f.config.runtime.one_hook_run = false;
+        write_two_library_spec(&f);
+        let (inj, _) = injector(&f, false);
+        let all =
+            ["/usr/lib/libcuda.so.550.54.15", "/usr/lib/libnvidia-ml.so.550.54.15", "/usr/bin/nvidia-smi"];
+        for (env, want, shown) in [
+            (vec!["NVIDIA_DRIVER_CAPABILITIES=utility"], &all[1..], "utility"),
+            (vec!["NVIDIA_DRIVER_CAPABILITIES=compute"], &all[..1], "compute"),
+            (vec![], &all[..], "compute,utility (default)"),
+            (vec!["NVIDIA_DRIVER_CAPABILITIES=all"], &all[..], "all"),
+            (vec!["CUDA_VERSION=9.0"], &all[..], "all (legacy CUDA image)"),
+        ] {
+            let mut e = vec!["NVIDIA_VISIBLE_DEVICES=1"];
+            e.extend(env.iter().copied());
+            f.write_oci(&privileged_oci(&e, json!({})));
+            let out = inj.inject(&f.bundle()).unwrap();
+            assert_eq!(out.capabilities, shown, "{env:?}");
+            let oci = f.read_oci();
+            assert_eq!(destinations(&oci), want, "{env:?}");
+            let paths: Vec<&str> = oci["linux"]["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["path"].as_str().unwrap())
+                .collect();
+            assert_eq!(paths, ["/dev/nvidiactl", "/dev/nvidia1"], "device nodes whatever the capabilities");
+            assert!(out.unclassified.is_empty(), "{:?}", out.unclassified);
+        }
+        f.write_oci(&privileged_oci(
+            &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"],
+            json!({}),
+        ));
+        let out = inj.inject(&f.bundle()).unwrap();
+        assert_eq!(out.left_out, ["/usr/lib/libcuda.so.550.54.15", "/usr/lib/libcuda.so.1"]);
+        let hooks = &f.read_oci()["hooks"]["createContainer"];
+        assert_eq!(
+            hooks[0]["args"],
+            json!([
+                "nvinject-hook",
+                "create-symlinks",
+                "--link",
+                "libnvidia-ml.so.550.54.15::/usr/lib/libnvidia-ml.so.1"
+            ])
+        );
+        assert_eq!(hooks[1]["args"], json!(["nvinject-hook", "update-ldcache", "--folder", "/usr/lib"]));
+    }
+
+    #[test]
+    fn cdi_requests_get_the_whole_spec_whatever_the_capabilities() {
+        let mut f = Fixture::new();
+        f.config.runtime.one_hook_run = false;
+        write_two_library_spec(&f);
+        let (inj, _) = injector(&f, false);
+        for oci in [
+            privileged_oci(
+                &["NVIDIA_DRIVER_CAPABILITIES=utility"],
+                json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"}),
+            ),
+            privileged_oci(
+                &["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1", "NVIDIA_DRIVER_CAPABILITIES=utility"],
+                json!({}),
+            ),
+            // A bad value on the CDI path is not read at all, as NVIDIA's cdi mode does not.
+            privileged_oci(
+                &["NVIDIA_DRIVER_CAPABILITIES=bogus"],
+                json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"}),
+            ),
+        ] {
+            f.write_oci(&oci);
+            let out = inj.inject(&f.bundle()).unwrap();
+            assert_eq!(out.capabilities, "");
+            assert_eq!(destinations(&f.read_oci()).len(), 3);
+        }
+    }
+
+    #[test]
+    fn a_bad_capability_refuses_the_create_and_writes_nothing() {
+        let f = Fixture::new();
+        write_two_library_spec(&f);
+        let (inj, _) = injector(&f, false);
+        let before = f.write_oci(&privileged_oci(
+            &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,\u{1b}[2Jgpu"],
+            json!({}),
+        ));
+        let e = inj.inject(&f.bundle()).unwrap_err();
+        assert_eq!(e.code(), Code::INVALID_ARGUMENT);
+        assert!(e.to_string().contains("unknown driver capability"), "{e}");
+        assert_eq!(fs::read(f.bundle().join("config.json")).unwrap(), before);
+        // An unprivileged container's env is not a request, so its capabilities are not read.
+        let mut oci =
+            privileged_oci(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=bogus"], json!({}));
+        oci["process"]["capabilities"] = json!({"bounding": []});
+        f.write_oci(&oci);
+        assert!(!inj.inject(&f.bundle()).unwrap().wrote);
     }
 
     /// A spec as nvidia-ctk writes it (no `type`; no `minor` for minor 0), its device files under a

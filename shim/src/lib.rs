@@ -8,6 +8,7 @@
 //! never panic on input from containerd, a spec file or a container image.
 
 pub mod address;
+pub mod capabilities;
 pub mod config;
 pub mod daemon;
 pub mod frame;

@@ -13,6 +13,10 @@
 //!
 //! Bare ids (`1`, `GPU-...`) get the default kind. Duplicates are dropped, keeping first-seen
 //! order. Sandbox (pause) containers ask for nothing by definition.
+//!
+//! A request from the env or volume mounts with at least one bare id is a legacy request, whose
+//! driver files follow `NVIDIA_DRIVER_CAPABILITIES` (see [`crate::capabilities`]); annotations and
+//! requests of only qualified CDI names get the whole spec, as NVIDIA's runtime gives them.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -91,7 +95,32 @@ pub enum Resolution {
         names: Vec<QualifiedName>,
         /// Lower-priority or refused requests that were also present.
         ignored: Vec<Ignored>,
+        /// How the devices were named: NVIDIA's runtime takes a request of only qualified CDI
+        /// names (`vendor/class=name`, and every annotation) as a CDI request, which injects the
+        /// spec as it is; bare ids from the env or volume mounts make a legacy request, which
+        /// honours `NVIDIA_DRIVER_CAPABILITIES`.
+        naming: Naming,
     },
+}
+
+/// How a request named its devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// Only qualified CDI names, or an annotation (CDI by definition).
+    Cdi,
+    /// At least one bare id (`0`, `GPU-...`, `all`) from the env or a volume mount.
+    Legacy,
+}
+
+impl Resolution {
+    /// Whether `NVIDIA_DRIVER_CAPABILITIES` applies: devices asked for by the env or volume
+    /// mounts with at least one bare id, as NVIDIA's legacy runtime mode takes them.
+    pub fn honours_driver_capabilities(&self) -> bool {
+        matches!(
+            self,
+            Resolution::Devices { source: Source::Env | Source::VolumeMounts, naming: Naming::Legacy, .. }
+        )
+    }
 }
 
 /// A request that names something that cannot be a device.
@@ -210,6 +239,11 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
     for (other, _) in candidates {
         ignored.push(Ignored { reason: format!("{source} take priority"), source: other });
     }
+    let naming = if matches!(source, Source::Annotations(_)) || ids.iter().all(|id| id.contains('=')) {
+        Naming::Cdi
+    } else {
+        Naming::Legacy
+    };
     let mut seen = BTreeSet::new();
     let mut names = Vec::new();
     for id in ids {
@@ -225,7 +259,7 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
             names.push(name);
         }
     }
-    Ok(Resolution::Devices { source, names, ignored })
+    Ok(Resolution::Devices { source, names, ignored, naming })
 }
 
 fn split_list(value: &str) -> impl Iterator<Item = String> + '_ {
@@ -398,6 +432,24 @@ mod tests {
             names(&resolve(&privileged(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,2"]), &policy()).unwrap()),
             ["nvidia.com/gpu=1", "nvidia.com/gpu=2"]
         );
+    }
+
+    #[test]
+    fn only_bare_ids_from_env_or_mounts_make_a_legacy_request() {
+        let honours = |oci: &Value| resolve(oci, &policy()).unwrap().honours_driver_capabilities();
+        assert!(honours(&privileged(&["NVIDIA_VISIBLE_DEVICES=0"])));
+        assert!(honours(&privileged(&["NVIDIA_VISIBLE_DEVICES=all"])));
+        assert!(
+            honours(&privileged(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,1"])),
+            "one bare id is enough"
+        );
+        assert!(!honours(&privileged(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=1"])));
+        let mounts = json!({"mounts": [{"destination": "/var/run/nvidia-container-devices/GPU-abc", "source": "/dev/null"}]});
+        assert!(honours(&mounts));
+        let mut oci = privileged(&["NVIDIA_VISIBLE_DEVICES=0"]);
+        oci["annotations"] = json!({"cdi.k8s.io/a": "nvidia.com/gpu=1"});
+        assert!(!honours(&oci), "annotations are CDI requests, whatever the env says");
+        assert!(!honours(&json!({})));
     }
 
     #[test]

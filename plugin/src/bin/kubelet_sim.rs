@@ -1,11 +1,12 @@
 //! `kubelet-sim`: a kubelet stand-in for tests and benchmarks (never installed).
 //!
 //! It does what the kubelet's device manager does over real gRPC on unix sockets: serves
-//! `Registration` on `<dir>/kubelet.sock`, validates registrations, connects back to each plugin,
-//! follows ListAndWatch and calls Allocate / GetPreferredAllocation when told to. It is driven by
-//! JSON lines on stdin (`{"id":1,"op":"allocate",...}`) and reports on stdout: replies
-//! (`{"reply":1,"ok":...}` / `{"reply":1,"error":{"code","message"}}`) and events
-//! (`{"event":"registered",...}`, `{"event":"devices",...}`).
+//! `Registration` on `<dir>/kubelet.sock` to any gRPC client (through the plugin's `:authority`
+//! adapter, so grpc-go plugins such as NVIDIA's register too), validates registrations, connects
+//! back to each plugin, follows ListAndWatch and calls Allocate / GetPreferredAllocation when
+//! told to. It is driven by JSON lines on stdin (`{"id":1,"op":"allocate",...}`) and reports on
+//! stdout: replies (`{"reply":1,"ok":...}` / `{"reply":1,"error":{"code","message"}}`) and
+//! events (`{"event":"registered",...}`, `{"event":"devices",...}`).
 //!
 //! Ops: `allocate`, `preferred`, `options`, `allocate_many` (concurrent calls with latency
 //! figures), `raw` (arbitrary bytes as a request message), `restart` (clear the directory and
@@ -23,7 +24,6 @@ use prost::bytes::{Buf, BufMut};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -200,7 +200,9 @@ async fn start_server(dir: &Path, state: Shared) -> Result<Server> {
         let _ = tonic::transport::Server::builder()
             .serve_with_incoming_shutdown(
                 api::registration_server::RegistrationServer::new(svc),
-                UnixListenerStream::new(listener),
+                // The plugin's own adapter: grpc-go clients (NVIDIA's device plugin, kubelets
+                // before 1.26) send the socket path as `:authority`, which h2 alone refuses.
+                transport::incoming(listener, "kubelet-sim registration"),
                 async {
                     let _ = stopped.await;
                 },
