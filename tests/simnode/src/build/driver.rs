@@ -147,9 +147,12 @@ pub const LIB_DIR_LINKS: &[(&str, &str)] = &[("gbm/nvidia-drm_gbm.so", "../libnv
 /// Xorg's module folder, inside the driver root (the `.run` installer's default).
 pub const XORG_MODULES_DIR: &str = "usr/lib/xorg/modules";
 
+/// Pairs of paths or names: `(path, SONAME)` or `(link, target)`.
+pub type Pairs = Vec<(String, String)>;
+
 /// The Xorg driver and GLX server module, relative to [`XORG_MODULES_DIR`], for driver `version`:
 /// `(path, SONAME)`, plus the unversioned `libglxserver_nvidia.so` link the installer makes.
-pub fn xorg_modules(version: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+pub fn xorg_modules(version: &str) -> (Pairs, Pairs) {
     let glx = format!("libglxserver_nvidia.so.{version}");
     (
         vec![
