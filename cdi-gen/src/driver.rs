@@ -156,7 +156,7 @@ impl Library {
 pub enum IpcKind {
     /// A unix socket (persistenced, fabricmanager).
     Socket,
-    /// A directory of pipes (MPS).
+    /// A directory where a socket was expected (a daemon that keeps its socket in a folder).
     Directory,
 }
 
@@ -180,7 +180,7 @@ pub struct DriverFiles {
     pub binaries: Vec<String>,
     /// GSP firmware files, sorted.
     pub firmware: Vec<String>,
-    /// Daemon sockets and the MPS pipe directory.
+    /// Daemon sockets (the MPS pipe directory is not looked for: see [`IPC_PATHS`]).
     pub ipc: Vec<Ipc>,
     /// Config files, in [`CONFIG_FILES`] order, one per container path
     /// ([`config_container_path`]).
