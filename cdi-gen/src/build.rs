@@ -890,7 +890,8 @@ mod tests {
     fn mps_is_mounted_only_where_configured_and_writable_there() {
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &opts()).unwrap();
         let c = &spec.container_edits;
-        assert!(!c.mounts.iter().any(|m| m.container_path.contains("mps")), "{:?}", c.mounts);
+        // Not configured: no writable mount at all.
+        assert!(c.mounts.iter().all(|m| m.options.iter().any(|o| o == "ro")), "{:?}", c.mounts);
         assert!(!c.env.iter().any(|e| e.starts_with("CUDA_MPS")), "{:?}", c.env);
 
         let mut o = opts();

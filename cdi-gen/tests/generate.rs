@@ -455,7 +455,12 @@ fn a_written_spec_validates_and_lists() {
 fn mps_pieces_come_only_with_mps_pipe_dir() {
     let node = Node::build("single");
     let plain = parse(&generate(&node.rebased()));
-    assert!(!plain.container_edits.mounts.iter().any(|m| m.container_path.contains("mps")), "not configured");
+    // The node has the daemon's default pipe folder, but MPS is not configured.
+    assert!(node.driver().join("tmp/nvidia-mps").is_dir());
+    assert!(
+        !plain.container_edits.mounts.iter().any(|m| m.container_path.contains("/tmp")),
+        "not configured"
+    );
     assert!(!plain.container_edits.env.iter().any(|e| e.starts_with("CUDA_MPS_")));
 
     let here = node.driver().join("tmp/nvidia-mps").to_string_lossy().into_owned();
@@ -464,7 +469,8 @@ fn mps_pieces_come_only_with_mps_pipe_dir() {
         &["--mps-pipe-dir", "/tmp/nvidia-mps", "--mps-pipe-dir-ctr-path", &here],
     )));
     assert_eq!(validate(&spec), vec![]);
-    let mps: Vec<_> = spec.container_edits.mounts.iter().filter(|m| m.container_path == "/tmp/nvidia-mps").collect();
+    let mps: Vec<_> =
+        spec.container_edits.mounts.iter().filter(|m| m.container_path == "/tmp/nvidia-mps").collect();
     assert_eq!(mps.len(), 1);
     assert_eq!(mps[0].host_path, "/tmp/nvidia-mps");
     assert!(mps[0].options.iter().any(|o| o == "rw") && !mps[0].options.iter().any(|o| o == "ro"));
@@ -476,7 +482,10 @@ fn mps_pieces_come_only_with_mps_pipe_dir() {
     let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir", "/nonexistent/nvidia-mps"]));
     assert!(err.contains("MPS pipe directory /nonexistent/nvidia-mps: does not exist"), "{err}");
     let file = node.driver().join("etc/ld.so.conf").to_string_lossy().into_owned();
-    let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir", "/etc/ld.so.conf", "--mps-pipe-dir-ctr-path", &file]));
+    let err = generate_fails(&args(
+        node.rebased(),
+        &["--mps-pipe-dir", "/etc/ld.so.conf", "--mps-pipe-dir-ctr-path", &file],
+    ));
     assert!(err.contains("not a directory") && err.contains("looked up at"), "{err}");
     let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir-ctr-path", &here]));
     assert!(err.contains("--mps-pipe-dir-ctr-path needs --mps-pipe-dir"), "{err}");
