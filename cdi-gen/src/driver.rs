@@ -684,6 +684,27 @@ mod tests {
     }
 
     #[test]
+    fn vdpau_and_xorg_folders_linking_out_of_the_root_are_not_followed_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        // This machine's files, reached by absolute links and by `..` chains.
+        fs::write(outside.path().join(format!("libvdpau_nvidia.so.{VER}")), tiny_so("x")).unwrap();
+        fs::create_dir_all(outside.path().join("drivers")).unwrap();
+        fs::write(outside.path().join("drivers/nvidia_drv.so"), b"").unwrap();
+        symlink(outside.path(), join(r, &format!("{lib}/vdpau"))).unwrap();
+        fs::create_dir_all(r.join("usr/lib/xorg")).unwrap();
+        let dotdot =
+            format!("{}{}", "../".repeat(12), outside.path().display().to_string().trim_start_matches('/'));
+        symlink(&dotdot, r.join("usr/lib/xorg/modules")).unwrap();
+        let files = scan(r, VER, &[lib.to_owned()]);
+        assert_eq!(files.libraries.len(), 1, "{:?}", files.libraries);
+        assert!(files.xorg.is_empty(), "{:?}", files.xorg);
+    }
+
+    #[test]
     fn reads_the_version_off_libcuda() {
         let tmp = tempfile::tempdir().unwrap();
         put(tmp.path(), &format!("/usr/lib64/libcuda.so.{VER}"), b"");
