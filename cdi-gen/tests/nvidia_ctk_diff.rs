@@ -52,14 +52,21 @@ const OPTION_DIFFERENCES: &[(&str, &[&str], &[&str], &str)] = &[(
 /// Hooks (by subcommand) NVIDIA's spec has and ours need not: NVIDIA's `nvidia-cdi-hook`
 /// features, each either done another way here or a separate part of the work.
 const NVIDIA_ONLY_HOOKS: &[(&str, &str)] = &[
-    ("enable-cuda-compat", "CUDA forward compatibility: issue 12 item 2, our hook's own subcommand"),
+    (
+        "enable-cuda-compat",
+        "CUDA forward compatibility (an image's newer /usr/local/cuda/compat/libcuda first): our hook's \
+         own subcommand, a separate part of issue 12 (item 2); allowed to be missing until it lands",
+    ),
     (
         "disable-device-node-modification",
-        "NVIDIA's runtime-only concern (the container's ModifyDeviceFiles=0); issue 12 item 3's last part",
+        "makes the container's /proc/driver/nvidia/params say ModifyDeviceFiles=0 so CUDA in the \
+         container does not try to create device nodes; not a file the driver root has, so outside \
+         this comparison of discovered pieces (issue 12 item 3, its own part)",
     ),
     (
         "update-application-profile",
-        "the driver's application-profile file update; issue 12 item 3, not a mounted file",
+        "writes the driver's application-profile file into the container; not a file the driver root \
+         has (issue 12 item 3, its own part)",
     ),
 ];
 
