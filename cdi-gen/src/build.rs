@@ -47,6 +47,12 @@ pub const ALL_DEVICE: &str = "all";
 pub const FILE_MOUNT_OPTIONS: [&str; 5] = ["ro", "nosuid", "nodev", "rbind", "rprivate"];
 /// Mount options of IPC endpoints: as files, and nothing there may be executed.
 pub const IPC_MOUNT_OPTIONS: [&str; 6] = ["ro", "nosuid", "nodev", "rbind", "rprivate", "noexec"];
+/// Mount options of the MPS pipe directory: MPS clients open its pipes for writing (and the
+/// daemon's protocol creates files there), so it is writable; still no device files, setuid or
+/// executables.
+pub const MPS_MOUNT_OPTIONS: [&str; 6] = ["rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"];
+/// The variable CUDA's MPS clients read to find the control daemon's pipes.
+pub const MPS_PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
 
 /// The driver's control nodes: in every container (common edits), so in no device.
 const CONTROL_NODES: [&str; 4] =
@@ -60,10 +66,12 @@ pub const REQUIRED_LIBRARIES: [&str; 2] = ["libcuda", "libnvidia-ml"];
 
 /// Development links made next to libraries when the library is present: (library stem, link
 /// name). Programs built against the driver (`-lcuda`) and GLVND's indirect GLX need them.
-const DEV_LINKS: [(&str, &str); 3] = [
+const DEV_LINKS: [(&str, &str); 4] = [
     ("libcuda", "libcuda.so"),
     ("libnvidia-opticalflow", "libnvidia-opticalflow.so"),
     ("libGLX_nvidia", "libGLX_indirect.so.0"),
+    // The Vulkan ICD opens it by this name.
+    ("libnvidia-vulkan-producer", "libnvidia-vulkan-producer.so"),
 ];
 
 /// The hooks cdi-gen writes, by the name `--disable-hook` takes.
@@ -162,6 +170,10 @@ pub struct SpecOptions {
     pub host_dev_root: String,
     /// Written to the `generated-by` annotation.
     pub generator: String,
+    /// The MPS control daemon's pipe directory as the host sees it, when the operator configured
+    /// MPS (checked to be a directory by discovery): mounted writable at the same path, with
+    /// [`MPS_PIPE_ENV`] naming it.
+    pub mps_pipe_dir: Option<String>,
 }
 
 /// Why a spec cannot be built. Each says what is missing and what to do.
@@ -384,7 +396,21 @@ impl Builder<'_> {
         mounts.extend(files.binaries.iter().map(|p| mount(p, &FILE_MOUNT_OPTIONS)));
         mounts.extend(files.firmware.iter().map(|p| mount(p, &FILE_MOUNT_OPTIONS)));
         mounts.extend(files.ipc.iter().map(|i| mount(&i.path, &IPC_MOUNT_OPTIONS)));
-        mounts.extend(files.configs.iter().map(|p| mount(p, &FILE_MOUNT_OPTIONS)));
+        mounts.extend(files.configs.iter().map(|p| Mount {
+            container_path: crate::driver::config_container_path(p),
+            ..mount(p, &FILE_MOUNT_OPTIONS)
+        }));
+        mounts.extend(files.xorg.iter().map(|p| mount(p, &FILE_MOUNT_OPTIONS)));
+        let mut env = vec!["NVIDIA_VISIBLE_DEVICES=void".to_owned()];
+        if let Some(dir) = &self.opts.mps_pipe_dir {
+            mounts.push(Mount {
+                host_path: dir.clone(),
+                container_path: dir.clone(),
+                mount_type: None,
+                options: MPS_MOUNT_OPTIONS.iter().map(|o| (*o).to_owned()).collect(),
+            });
+            env.push(format!("{MPS_PIPE_ENV}={dir}"));
+        }
 
         let mut links: BTreeMap<String, String> = BTreeMap::new();
         for lib in &files.libraries {
@@ -397,6 +423,9 @@ impl Builder<'_> {
                 let target = lib.soname.clone().unwrap_or_else(|| lib.file_name().to_owned());
                 links.entry(format!("{}/{link_name}", lib.dir())).or_insert(target);
             }
+        }
+        for (link, target) in &files.links {
+            links.entry(link.clone()).or_insert_with(|| target.clone());
         }
         let mut folders: Vec<String> = files.libraries.iter().map(|l| l.dir().to_owned()).collect();
         folders.sort();
@@ -411,7 +440,7 @@ impl Builder<'_> {
             self.hook(HookKind::UpdateLdcache, "--folder", folders),
         ];
         ContainerEdits {
-            env: vec!["NVIDIA_VISIBLE_DEVICES=void".into()],
+            env,
             device_nodes: self.control_nodes(),
             hooks: hooks.into_iter().flatten().collect(),
             mounts,
@@ -652,6 +681,8 @@ mod tests {
             firmware: vec![format!("/lib/firmware/nvidia/{VER}/gsp_ga10x.bin")],
             ipc: vec![Ipc { path: "/run/nvidia-persistenced/socket".into(), kind: IpcKind::Socket }],
             configs: vec!["/etc/OpenCL/vendors/nvidia.icd".into()],
+            xorg: vec![],
+            links: vec![],
             searched: vec![LIB.into()],
             ld_cache_read: true,
         }
@@ -698,6 +729,7 @@ mod tests {
             host_driver_root: "/".into(),
             host_dev_root: "/".into(),
             generator: "nvinject-cdi test".into(),
+            mps_pipe_dir: None,
         }
     }
 
@@ -852,6 +884,87 @@ mod tests {
         assert_eq!(spec.annotations[ANNOTATION_DRIVER_VERSION], VER);
         assert_eq!(spec.annotations[ANNOTATION_INVENTORY_DIGEST], inventory_digest(&inventory()));
         assert_eq!(spec.annotations[ANNOTATION_GENERATED_BY], "nvinject-cdi test");
+    }
+
+    #[test]
+    fn mps_is_mounted_only_where_configured_and_writable_there() {
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &opts()).unwrap();
+        let c = &spec.container_edits;
+        // Not configured: no writable mount at all.
+        assert!(c.mounts.iter().all(|m| m.options.iter().any(|o| o == "ro")), "{:?}", c.mounts);
+        assert!(!c.env.iter().any(|e| e.starts_with("CUDA_MPS")), "{:?}", c.env);
+
+        let mut o = opts();
+        o.mps_pipe_dir = Some("/run/nvidia/mps".into());
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
+        let c = &spec.container_edits;
+        let mps: Vec<&Mount> = c.mounts.iter().filter(|m| m.host_path == "/run/nvidia/mps").collect();
+        assert_eq!(mps.len(), 1);
+        assert_eq!(mps[0].container_path, "/run/nvidia/mps");
+        assert_eq!(mps[0].options, ["rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"]);
+        assert!(!mps[0].options.iter().any(|o| o == "ro"));
+        assert_eq!(c.env, ["NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/run/nvidia/mps"]);
+        // A host path, not one inside the driver root.
+        o.host_driver_root = "/run/nvidia/driver".into();
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
+        assert!(spec.container_edits.mounts.iter().any(|m| m.host_path == "/run/nvidia/mps"));
+        assert_eq!(validate(&spec), vec![]);
+    }
+
+    #[test]
+    fn display_pieces_are_mounted_and_linked_and_vulkan_goes_under_etc() {
+        let mut f = files();
+        f.libraries.push(lib("libnvidia-allocator.so.550.54.15", Some("libnvidia-allocator.so.1")));
+        f.libraries.push(lib(
+            "libnvidia-vulkan-producer.so.550.54.15",
+            Some("libnvidia-vulkan-producer.so.550.54.15"),
+        ));
+        f.libraries.push(Library {
+            path: format!("{LIB}/vdpau/libvdpau_nvidia.so.550.54.15"),
+            soname: Some("libvdpau_nvidia.so.1".into()),
+        });
+        f.libraries.sort();
+        f.configs.push("/usr/share/vulkan/icd.d/nvidia_icd.json".into());
+        f.xorg = vec![
+            "/usr/lib/xorg/modules/drivers/nvidia_drv.so".into(),
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.550.54.15".into(),
+        ];
+        f.links = vec![
+            (format!("{LIB}/gbm/nvidia-drm_gbm.so"), "../libnvidia-allocator.so.1".into()),
+            (
+                "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so".into(),
+                "libglxserver_nvidia.so.550.54.15".into(),
+            ),
+        ];
+        let spec = build_spec(Source::Nvml(&inventory()), &f, &dev(), &opts()).unwrap();
+        let c = &spec.container_edits;
+        let mount_of = |ctr: &str| c.mounts.iter().find(|m| m.container_path == ctr);
+        let icd = mount_of("/etc/vulkan/icd.d/nvidia_icd.json").expect("ICD under /etc/vulkan");
+        assert_eq!(icd.host_path, "/usr/share/vulkan/icd.d/nvidia_icd.json");
+        for ctr in [
+            "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.550.54.15",
+            "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.550.54.15",
+        ] {
+            assert_eq!(
+                mount_of(ctr).map(|m| m.options.clone()),
+                Some(FILE_MOUNT_OPTIONS.map(String::from).to_vec())
+            );
+        }
+        let hook = |name: &str| &c.hooks.iter().find(|h| h.args[1] == name).expect("hook present").args;
+        let links = hook("create-symlinks");
+        for pair in [
+            "../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so",
+            "libglxserver_nvidia.so.550.54.15::/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+            "libnvidia-vulkan-producer.so.550.54.15::/usr/lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so",
+            "libvdpau_nvidia.so.550.54.15::/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.1",
+        ] {
+            assert!(links.iter().any(|a| a == pair), "{pair} missing from {links:?}");
+        }
+        // VDPAU's folder is a loader folder; Xorg's module folders are not.
+        let folders = hook("update-ldcache");
+        assert!(folders.iter().any(|a| a == "/usr/lib/x86_64-linux-gnu/vdpau"), "{folders:?}");
+        assert!(!folders.iter().any(|a| a.contains("xorg")), "{folders:?}");
     }
 
     #[test]

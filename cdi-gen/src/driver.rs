@@ -1,11 +1,12 @@
-//! Scanning a driver root, once, into [`DriverFiles`]: libraries, binaries, firmware, IPC sockets
-//! and graphics/compute config files.
+//! Scanning a driver root, once, into [`DriverFiles`]: libraries, binaries, firmware, IPC sockets,
+//! graphics/compute config files and the display pieces (Xorg modules, the GBM backend link).
 //!
 //! Libraries are every `*.so.<driver version>` file in the search directories, then in every other
 //! directory the driver root's `etc/ld.so.cache` lists for this machine's architecture (which is how
 //! libraries in distribution-specific places are found). Every path is resolved inside the root
 //! (see [`crate::root::resolve_in_root`]), so a file reachable through several links appears once,
-//! under its real path.
+//! under its real path. Each graphics, video and display piece is injected only when the root has
+//! it; what is looked for follows what `nvidia-ctk cdi generate` 1.20 injects.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -32,28 +33,32 @@ pub fn default_library_dirs() -> Vec<String> {
 pub const BINARY_DIRS: [&str; 5] = ["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"];
 
 /// The driver's utilities a container gets.
-pub const BINARIES: [&str; 5] = [
+pub const BINARIES: [&str; 6] = [
     "nvidia-smi",
     "nvidia-debugdump",
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
+    "nvidia-xconfig",
 ];
 
 /// Where GSP firmware lives, inside the driver root; `<version>` is appended.
 pub const FIRMWARE_DIRS: [&str; 2] = ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"];
 
-/// IPC endpoints of the driver's daemons, inside the driver root.
-pub const IPC_PATHS: [&str; 5] = [
+/// IPC endpoints of the driver's daemons, inside the driver root. The MPS pipe directory is not
+/// one of them: it is mounted (writable) only where the operator configures MPS
+/// (`--mps-pipe-dir`), never found by looking.
+pub const IPC_PATHS: [&str; 4] = [
     "/run/nvidia-persistenced/socket",
     "/var/run/nvidia-persistenced/socket",
     "/run/nvidia-fabricmanager/socket",
     "/var/run/nvidia-fabricmanager/socket",
-    "/tmp/nvidia-mps",
 ];
 
-/// Graphics, Vulkan, EGL, OpenCL and OptiX config files, inside the driver root.
-pub const CONFIG_FILES: [&str; 14] = [
+/// Graphics, Vulkan, EGL, OpenCL, OptiX and Xorg config files, inside the driver root. Vulkan's
+/// files are mounted under `/etc/vulkan` in the container wherever the host keeps them (see
+/// [`config_container_path`]).
+pub const CONFIG_FILES: [&str; 22] = [
     "/etc/vulkan/icd.d/nvidia_icd.json",
     "/usr/share/vulkan/icd.d/nvidia_icd.json",
     "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
@@ -64,11 +69,58 @@ pub const CONFIG_FILES: [&str; 14] = [
     "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
     "/etc/egl/egl_external_platform.d/15_nvidia_gbm.json",
     "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "/etc/egl/egl_external_platform.d/20_nvidia_xcb.json",
+    "/usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json",
+    "/etc/egl/egl_external_platform.d/20_nvidia_xlib.json",
+    "/usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
     "/etc/OpenCL/vendors/nvidia.icd",
     "/usr/share/nvidia/nvoptix.bin",
     "/etc/X11/xorg.conf.d/10-nvidia.conf",
     "/usr/share/X11/xorg.conf.d/10-nvidia.conf",
+    "/etc/X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+    "/usr/share/X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+    "/etc/vulkan/icd.d/nvidia_layers.json",
+    "/usr/share/vulkan/icd.d/nvidia_layers.json",
 ];
+
+/// Where a config file found at `path` (inside the driver root) is mounted in the container.
+/// Vulkan's ICD and layer manifests go under `/etc/vulkan`, which the Vulkan loader reads before
+/// `/usr/share/vulkan`, as nvidia-ctk puts them: an image's own `/etc/vulkan/icd.d/nvidia_icd.json`
+/// (a common Dockerfile line) is then replaced by the host's rather than loaded beside it.
+/// Everything else keeps its path.
+pub fn config_container_path(path: &str) -> String {
+    match path.strip_prefix("/usr/share/vulkan/") {
+        Some(rest) => format!("/etc/vulkan/{rest}"),
+        None => path.to_owned(),
+    }
+}
+
+/// The VDPAU driver's folder under a library folder (`<lib>/vdpau/libvdpau_nvidia.so.<version>`),
+/// and the driver's file stem there. Other vendors' VDPAU drivers in that folder are not ours.
+pub const VDPAU_DIR: &str = "vdpau";
+/// See [`VDPAU_DIR`].
+pub const VDPAU_STEM: &str = "libvdpau_nvidia";
+
+/// GBM's backend: `<lib>/gbm/nvidia-drm_gbm.so`, a link to the allocator library in `<lib>`.
+pub const GBM_BACKEND: &str = "gbm/nvidia-drm_gbm.so";
+/// The library [`GBM_BACKEND`] points at.
+pub const GBM_ALLOCATOR: &str = "libnvidia-allocator";
+
+/// Xorg module folders, inside the driver root: upstream's and distributions' places.
+pub fn xorg_module_dirs() -> Vec<String> {
+    let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
+    vec![
+        "/usr/lib/xorg/modules".into(),
+        "/usr/lib64/xorg/modules".into(),
+        format!("/usr/lib/{triplet}/xorg/modules"),
+    ]
+}
+
+/// The Xorg driver, under an Xorg module folder.
+pub const XORG_DRIVER: &str = "drivers/nvidia_drv.so";
+/// Where the GLX server module (`libglxserver_nvidia.so.<version>`) may be, under an Xorg module
+/// folder: upstream's `.run` and Fedora use `extensions/`, some packagings `nvidia/extensions/`.
+pub const XORG_GLX_DIRS: [&str; 2] = ["extensions", "nvidia/extensions"];
 
 /// Graphics libraries the driver ships with their own version numbers (`libnvidia-egl-gbm.so.1.1.1`)
 /// rather than the driver's; the EGL platform config files name them, so they go with the driver.
@@ -104,7 +156,7 @@ impl Library {
 pub enum IpcKind {
     /// A unix socket (persistenced, fabricmanager).
     Socket,
-    /// A directory of pipes (MPS).
+    /// A directory where a socket was expected (a daemon that keeps its socket in a folder).
     Directory,
 }
 
@@ -128,10 +180,17 @@ pub struct DriverFiles {
     pub binaries: Vec<String>,
     /// GSP firmware files, sorted.
     pub firmware: Vec<String>,
-    /// Daemon sockets and the MPS pipe directory.
+    /// Daemon sockets (the MPS pipe directory is not looked for: see [`IPC_PATHS`]).
     pub ipc: Vec<Ipc>,
-    /// Config files, in [`CONFIG_FILES`] order.
+    /// Config files, in [`CONFIG_FILES`] order, one per container path
+    /// ([`config_container_path`]).
     pub configs: Vec<String>,
+    /// Xorg modules (`nvidia_drv.so`, `libglxserver_nvidia.so.<version>`): mounted, but not
+    /// library folders for the ld cache, and no SONAME links.
+    pub xorg: Vec<String>,
+    /// Links the container needs beside the mounted files, as (link, target), sorted by link:
+    /// the GBM backend and the GLX server module's unversioned name.
+    pub links: Vec<(String, String)>,
     /// Library directories searched (resolved, inside the root), for error messages.
     pub searched: Vec<String>,
     /// Whether an ld.so.cache was found and read.
@@ -158,6 +217,8 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
     for dir in library_dirs {
         scan_library_dir(root, dir, &suffix, &mut dirs_done, &mut found);
     }
+    // The cache folders' scan below adds to dirs_done; VDPAU is looked for in every library folder
+    // afterwards.
     match fs::read(join(root, LD_CACHE)) {
         Ok(bytes) => match ldcache::parse(&bytes) {
             Ok(entries) => {
@@ -184,6 +245,18 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
         Err(error) => {
             tracing::debug!(path = %join(root, LD_CACHE).display(), %error, "no ld.so.cache in the driver root")
         }
+    }
+    let library_folders: Vec<String> = dirs_done.iter().cloned().collect();
+    for dir in &library_folders {
+        let vdpau = format!("{}/{VDPAU_DIR}", dir.trim_end_matches('/'));
+        let Ok(real) = resolve_in_root(root, &vdpau) else { continue };
+        let Ok(read) = fs::read_dir(join(root, &real)) else { continue };
+        let want = format!("{VDPAU_STEM}{suffix}");
+        found.extend(
+            read.flatten()
+                .filter(|e| e.file_name().to_str() == Some(want.as_str()))
+                .filter_map(|e| entry_file(root, &real, &e)),
+        );
     }
     files.libraries = found
         .into_iter()
@@ -225,11 +298,13 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
 
     for candidate in CONFIG_FILES {
         if let Some(path) = resolve_file(root, candidate)
-            && !files.configs.contains(&path)
+            && !files.configs.iter().any(|c| config_container_path(c) == config_container_path(&path))
         {
             files.configs.push(path);
         }
     }
+
+    scan_display(root, version, &mut files);
     tracing::debug!(
         libraries = files.libraries.len(),
         binaries = files.binaries.len(),
@@ -239,6 +314,43 @@ pub fn scan(root: &Path, version: &str, library_dirs: &[String]) -> DriverFiles 
         "driver root scanned"
     );
     files
+}
+
+/// The Xorg modules and the links that go with them and with the allocator library.
+fn scan_display(root: &Path, version: &str, files: &mut DriverFiles) {
+    let mut links = BTreeSet::new();
+    // GBM's backend, next to the allocator library, when the root has one (file or link).
+    if let Some(allocator) = files.library(GBM_ALLOCATOR)
+        && let Some(soname) = allocator.soname.as_deref()
+    {
+        let backend = format!("{}/{GBM_BACKEND}", allocator.dir().trim_end_matches('/'));
+        let (folder, name) = backend.rsplit_once('/').expect("the backend path has a folder");
+        // The folder resolved inside the root; the entry itself only lstat'ed (a link is expected).
+        if let Ok(real) = resolve_in_root(root, folder)
+            && fs::symlink_metadata(join(root, &format!("{real}/{name}"))).is_ok()
+        {
+            links.insert((backend, format!("../{soname}")));
+        }
+    }
+    let glx = format!("libglxserver_nvidia.so.{version}");
+    for dir in xorg_module_dirs() {
+        if let Some(path) = resolve_file(root, &format!("{dir}/{XORG_DRIVER}"))
+            && !files.xorg.contains(&path)
+        {
+            files.xorg.push(path);
+        }
+        for sub in XORG_GLX_DIRS {
+            let Some(path) = resolve_file(root, &format!("{dir}/{sub}/{glx}")) else { continue };
+            if files.xorg.contains(&path) {
+                continue;
+            }
+            // Xorg loads the module by its unversioned name.
+            let folder = path.rsplit_once('/').map_or("", |(d, _)| d);
+            links.insert((format!("{folder}/libglxserver_nvidia.so"), glx.clone()));
+            files.xorg.push(path);
+        }
+    }
+    files.links = links.into_iter().collect();
 }
 
 /// The real path of a regular file inside the root, or `None`.
@@ -459,12 +571,10 @@ mod tests {
                 format!("/lib/firmware/nvidia/{VER}/gsp_tu10x.bin")
             ]
         );
+        // The MPS pipe directory is there but not configured: not an IPC endpoint to mount.
         assert_eq!(
             files.ipc,
-            [
-                Ipc { path: "/run/nvidia-persistenced/socket".into(), kind: IpcKind::Socket },
-                Ipc { path: "/tmp/nvidia-mps".into(), kind: IpcKind::Directory },
-            ]
+            [Ipc { path: "/run/nvidia-persistenced/socket".into(), kind: IpcKind::Socket }]
         );
         assert_eq!(
             files.configs,
@@ -474,6 +584,124 @@ mod tests {
                 "/etc/OpenCL/vendors/nvidia.icd"
             ]
         );
+    }
+
+    #[test]
+    fn finds_vdpau_gbm_and_xorg_pieces_only_where_the_root_has_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        let dirs = vec![lib.to_owned()];
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        put(r, &format!("{lib}/libnvidia-allocator.so.{VER}"), &tiny_so("libnvidia-allocator.so.1"));
+        // Nothing graphics-specific yet: no VDPAU, no links, no Xorg modules.
+        let bare = scan(r, VER, &dirs);
+        assert!(bare.xorg.is_empty() && bare.links.is_empty());
+        assert!(!bare.libraries.iter().any(|l| l.path.contains("vdpau")));
+
+        put(r, &format!("{lib}/vdpau/libvdpau_nvidia.so.{VER}"), &tiny_so("libvdpau_nvidia.so.1"));
+        put(r, &format!("{lib}/vdpau/libvdpau_va_gl.so.{VER}"), b"another vendor's: not ours");
+        fs::create_dir_all(join(r, &format!("{lib}/gbm"))).unwrap();
+        symlink("../libnvidia-allocator.so.1", join(r, &format!("{lib}/gbm/nvidia-drm_gbm.so"))).unwrap();
+        put(r, "/usr/lib/xorg/modules/drivers/nvidia_drv.so", &tiny_so("nvidia_drv.so"));
+        put(r, &format!("/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{VER}"), b"glx");
+        put(r, "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.470.1.2", b"old driver's");
+        // lib64 is the same folder: found once.
+        symlink("lib", r.join("usr/lib64")).unwrap();
+        put(r, "/usr/share/vulkan/icd.d/nvidia_icd.json", b"{}");
+        put(r, "/etc/vulkan/icd.d/nvidia_icd.json", b"{}"); // the /etc one is mounted there
+        put(r, "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json", b"{}");
+        put(r, "/usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json", b"{}");
+
+        let files = scan(r, VER, &dirs);
+        let vdpau = files.libraries.iter().find(|l| l.path.contains("vdpau")).expect("VDPAU found");
+        assert_eq!(
+            (vdpau.path.as_str(), vdpau.soname.as_deref(), vdpau.dir()),
+            (
+                "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.550.54.15",
+                Some("libvdpau_nvidia.so.1"),
+                "/usr/lib/x86_64-linux-gnu/vdpau"
+            )
+        );
+        assert!(!files.libraries.iter().any(|l| l.path.contains("va_gl")));
+        assert_eq!(
+            files.xorg,
+            [
+                "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+                "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.550.54.15"
+            ]
+        );
+        assert_eq!(
+            files.links,
+            [
+                (
+                    "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so".to_owned(),
+                    "../libnvidia-allocator.so.1".to_owned()
+                ),
+                (
+                    "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so".to_owned(),
+                    "libglxserver_nvidia.so.550.54.15".to_owned()
+                ),
+            ]
+        );
+        assert_eq!(
+            files.configs,
+            [
+                "/etc/vulkan/icd.d/nvidia_icd.json",
+                "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+                "/usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json"
+            ]
+        );
+        assert_eq!(
+            config_container_path("/usr/share/vulkan/implicit_layer.d/nvidia_layers.json"),
+            "/etc/vulkan/implicit_layer.d/nvidia_layers.json"
+        );
+        assert_eq!(
+            config_container_path("/usr/share/glvnd/egl_vendor.d/10_nvidia.json"),
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"
+        );
+    }
+
+    #[test]
+    fn the_gbm_link_is_looked_for_inside_the_root_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        put(r, &format!("{lib}/libnvidia-allocator.so.{VER}"), &tiny_so("libnvidia-allocator.so.1"));
+        // `gbm` points at this machine's absolute path; inside the root that is a missing folder.
+        fs::write(outside.path().join("nvidia-drm_gbm.so"), b"").unwrap();
+        symlink(outside.path(), join(r, &format!("{lib}/gbm"))).unwrap();
+        assert!(scan(r, VER, &[lib.to_owned()]).links.is_empty());
+        // Without the allocator library there is nothing for the link to point at.
+        fs::remove_file(join(r, &format!("{lib}/gbm"))).unwrap();
+        fs::create_dir_all(join(r, &format!("{lib}/gbm"))).unwrap();
+        symlink("../libnvidia-allocator.so.1", join(r, &format!("{lib}/gbm/nvidia-drm_gbm.so"))).unwrap();
+        assert_eq!(scan(r, VER, &[lib.to_owned()]).links.len(), 1);
+        fs::remove_file(join(r, &format!("{lib}/libnvidia-allocator.so.{VER}"))).unwrap();
+        assert!(scan(r, VER, &[lib.to_owned()]).links.is_empty());
+    }
+
+    #[test]
+    fn vdpau_and_xorg_folders_linking_out_of_the_root_are_not_followed_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        // This machine's files, reached by absolute links and by `..` chains.
+        fs::write(outside.path().join(format!("libvdpau_nvidia.so.{VER}")), tiny_so("x")).unwrap();
+        fs::create_dir_all(outside.path().join("drivers")).unwrap();
+        fs::write(outside.path().join("drivers/nvidia_drv.so"), b"").unwrap();
+        symlink(outside.path(), join(r, &format!("{lib}/vdpau"))).unwrap();
+        fs::create_dir_all(r.join("usr/lib/xorg")).unwrap();
+        let dotdot =
+            format!("{}{}", "../".repeat(12), outside.path().display().to_string().trim_start_matches('/'));
+        symlink(&dotdot, r.join("usr/lib/xorg/modules")).unwrap();
+        let files = scan(r, VER, &[lib.to_owned()]);
+        assert_eq!(files.libraries.len(), 1, "{:?}", files.libraries);
+        assert!(files.xorg.is_empty(), "{:?}", files.xorg);
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct GenerateOptions {
     pub nvml_lib: Option<PathBuf>,
     /// Kind, naming, hook path, device selection, hooks.
     pub spec: SpecChoices,
+    /// The MPS control daemon's pipe directory, when the node runs MPS (`CUDA_MPS_PIPE_DIRECTORY`
+    /// of `nvidia-cuda-mps-control -d`): mounted writable into every GPU container, which gets
+    /// the same variable. `None` (the default): no MPS pieces at all.
+    pub mps_pipe_dir: Option<Root>,
 }
 
 impl GenerateOptions {
@@ -81,6 +85,7 @@ impl GenerateOptions {
             library_dirs: default_library_dirs(),
             nvml_lib: None,
             spec: SpecChoices::new(hook_path),
+            mps_pipe_dir: None,
         }
     }
 }
@@ -101,6 +106,21 @@ pub enum GenerateError {
     DriverVersion {
         /// Files read.
         looked: Vec<String>,
+    },
+    /// The configured MPS pipe directory cannot be used.
+    #[error(
+        "MPS pipe directory {host}{}: {problem}; start the MPS control daemon with \
+         CUDA_MPS_PIPE_DIRECTORY={host} first (nvidia-cuda-mps-control -d), or give the directory it \
+         uses (--mps-pipe-dir, or regenerate.mps-pipe-dir in /etc/nvinject/config.toml)",
+        if lookup == host { String::new() } else { format!(" (looked up at {lookup})") }
+    )]
+    MpsPipeDir {
+        /// The directory as the host and the spec name it.
+        host: String,
+        /// Where this process looked.
+        lookup: String,
+        /// What is wrong with it.
+        problem: String,
     },
     /// The spec could not be built.
     #[error(transparent)]
@@ -134,6 +154,7 @@ pub fn generate(opts: &GenerateOptions, nvml: &dyn InventorySource) -> Result<Sp
             (Source::Management { driver_version: &management_version }, management_version.as_str())
         }
     };
+    let mps_pipe_dir = opts.mps_pipe_dir.as_ref().map(check_mps_pipe_dir).transpose()?;
     let files = driver::scan(&opts.driver_root.lookup, version, &opts.library_dirs);
     let dev = devices::scan(&opts.dev_root.lookup, &opts.proc_root);
     let spec_opts = SpecOptions {
@@ -141,6 +162,7 @@ pub fn generate(opts: &GenerateOptions, nvml: &dyn InventorySource) -> Result<Sp
         host_driver_root: opts.driver_root.host_display(),
         host_dev_root: opts.dev_root.host_display(),
         generator: generator_name(),
+        mps_pipe_dir,
     };
     let spec = build_spec(source, &files, &dev, &spec_opts)?;
     let problems = validate(&spec);
@@ -153,4 +175,67 @@ pub fn generate(opts: &GenerateOptions, nvml: &dyn InventorySource) -> Result<Sp
         driver = version, "CDI spec generated"
     );
     Ok(spec)
+}
+
+/// The MPS pipe directory's host path, once it is known to be an existing directory (links
+/// followed, as the bind mount will follow them).
+fn check_mps_pipe_dir(dir: &Root) -> Result<String, GenerateError> {
+    let host = dir.host_display();
+    let problem = |problem: String| GenerateError::MpsPipeDir {
+        host: host.clone(),
+        lookup: dir.lookup.to_string_lossy().into_owned(),
+        problem,
+    };
+    if !dir.host.is_absolute() {
+        return Err(problem("not an absolute path".into()));
+    }
+    if dir.host.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(problem("`..` is not allowed in it".into()));
+    }
+    match std::fs::metadata(&dir.lookup) {
+        // A writable `/` in every container would hand out the host.
+        Ok(meta) if meta.is_dir() && host.trim_end_matches('/').is_empty() => {
+            Err(problem("the root directory cannot be shared with containers".into()))
+        }
+        Ok(meta) if meta.is_dir() => Ok(host.trim_end_matches('/').to_owned()),
+        Ok(_) => Err(problem("not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(problem("does not exist".into())),
+        Err(e) => Err(problem(format!("cannot be read: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(dir: Root) -> String {
+        check_mps_pipe_dir(&dir).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_mps_pipe_dir_must_be_an_existing_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("mps");
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(check_mps_pipe_dir(&Root::same(&dir)).unwrap(), dir.to_string_lossy());
+        // Seen elsewhere by this process: checked there, named as the host names it.
+        let host = Root { lookup: dir.clone(), host: "/run/nvidia/mps/".into() };
+        assert_eq!(check_mps_pipe_dir(&host).unwrap(), "/run/nvidia/mps");
+
+        let missing = message(Root::same(tmp.path().join("absent")));
+        assert!(missing.contains("absent: does not exist; start the MPS control daemon"), "{missing}");
+        assert!(missing.contains("regenerate.mps-pipe-dir"), "{missing}");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(message(Root::same(&file)).contains("file: not a directory"));
+        let elsewhere = message(Root { lookup: tmp.path().join("absent"), host: "/run/nvidia/mps".into() });
+        assert!(elsewhere.starts_with("MPS pipe directory /run/nvidia/mps (looked up at "), "{elsewhere}");
+        assert!(message(Root::same("relative/mps")).contains("not an absolute path"));
+        assert!(message(Root::same("/tmp/../etc")).contains("`..` is not allowed"));
+        assert!(message(Root::same("/")).contains("the root directory cannot be shared"));
+        // A link to a directory is followed, as the bind mount follows it.
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(check_mps_pipe_dir(&Root::same(&link)).is_ok());
+    }
 }

@@ -110,6 +110,14 @@ struct GenerateArgs {
     /// Leave out a hook: create-symlinks or update-ldcache (repeatable).
     #[arg(long = "disable-hook", value_name = "NAME")]
     disabled_hooks: Vec<HookKind>,
+    /// The MPS control daemon's pipe directory (its CUDA_MPS_PIPE_DIRECTORY), as the host sees it,
+    /// when this node runs MPS: mounted writable into every GPU container, with
+    /// CUDA_MPS_PIPE_DIRECTORY set to it. Without it, nothing of MPS is mounted.
+    #[arg(long, value_name = "DIR")]
+    mps_pipe_dir: Option<PathBuf>,
+    /// Where --mps-pipe-dir is mounted for this process, when that differs (running in a container).
+    #[arg(long, value_name = "DIR")]
+    mps_pipe_dir_ctr_path: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -252,6 +260,16 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     opts.spec.all_device = !args.no_all_device;
     opts.spec.device_ids = args.device_ids;
     opts.spec.disabled_hooks = args.disabled_hooks;
+    opts.mps_pipe_dir = match (&args.mps_pipe_dir, &args.mps_pipe_dir_ctr_path) {
+        (Some(host), ctr) => {
+            if !host.is_absolute() {
+                bail!("--mps-pipe-dir {} must be an absolute path", host.display());
+            }
+            Some(Root { lookup: ctr.clone().unwrap_or_else(|| host.clone()), host: host.clone() })
+        }
+        (None, Some(_)) => bail!("--mps-pipe-dir-ctr-path needs --mps-pipe-dir"),
+        (None, None) => None,
+    };
 
     let spec = generate(&opts, &Nvml).map_err(with_flag_hint)?;
     match &args.output {

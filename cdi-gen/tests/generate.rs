@@ -177,9 +177,12 @@ fn split_roots_prefix_host_paths_and_are_recorded() {
     let spec = parse(&generate(&node.direct()));
     let driver = node.driver().to_string_lossy().into_owned();
     let host = node.host().to_string_lossy().into_owned();
-    assert!(
-        spec.container_edits.mounts.iter().all(|m| m.host_path == format!("{driver}{}", m.container_path))
-    );
+    // Every file comes from the driver root, at its own path (Vulkan's manifests under /etc/vulkan).
+    for m in &spec.container_edits.mounts {
+        let inner =
+            m.host_path.strip_prefix(&driver).unwrap_or_else(|| panic!("{} not under {driver}", m.host_path));
+        assert_eq!(nvinject_cdi_gen::driver::config_container_path(inner), m.container_path);
+    }
     let nodes = spec
         .devices
         .iter()
@@ -224,7 +227,8 @@ fn libraries_in_an_odd_folder_are_found_through_the_ld_cache_only() {
     let cuda = format!("/opt/nvidia/lib/libcuda.so.{VER}");
     assert!(spec.container_edits.mounts.iter().any(|m| m.container_path == cuda), "found through the cache");
     let ldcache = spec.container_edits.hooks.iter().find(|h| h.args[1] == "update-ldcache").unwrap();
-    assert_eq!(ldcache.args[2..], ["--folder", "/opt/nvidia/lib"]);
+    // VDPAU's folder moved along with the rest.
+    assert_eq!(ldcache.args[2..], ["--folder", "/opt/nvidia/lib", "--folder", "/opt/nvidia/lib/vdpau"]);
 
     // Without the cache nothing says where they are: the error says what was searched.
     std::fs::remove_file(node.driver().join("etc/ld.so.cache")).unwrap();
@@ -443,4 +447,46 @@ fn a_written_spec_validates_and_lists() {
             .uuid
     );
     assert!(listed.contains(&mig.as_str()), "{mig} not listed");
+}
+
+/// MPS: nothing unless asked; asked, the pipe directory writable with the variable naming it;
+/// a directory that is not there is refused before anything is written.
+#[test]
+fn mps_pieces_come_only_with_mps_pipe_dir() {
+    let node = Node::build("single");
+    let plain = parse(&generate(&node.rebased()));
+    // The node has the daemon's default pipe folder, but MPS is not configured.
+    assert!(node.driver().join("tmp/nvidia-mps").is_dir());
+    assert!(
+        !plain.container_edits.mounts.iter().any(|m| m.container_path.contains("/tmp")),
+        "not configured"
+    );
+    assert!(!plain.container_edits.env.iter().any(|e| e.starts_with("CUDA_MPS_")));
+
+    let here = node.driver().join("tmp/nvidia-mps").to_string_lossy().into_owned();
+    let spec = parse(&generate(&args(
+        node.rebased(),
+        &["--mps-pipe-dir", "/tmp/nvidia-mps", "--mps-pipe-dir-ctr-path", &here],
+    )));
+    assert_eq!(validate(&spec), vec![]);
+    let mps: Vec<_> =
+        spec.container_edits.mounts.iter().filter(|m| m.container_path == "/tmp/nvidia-mps").collect();
+    assert_eq!(mps.len(), 1);
+    assert_eq!(mps[0].host_path, "/tmp/nvidia-mps");
+    assert!(mps[0].options.iter().any(|o| o == "rw") && !mps[0].options.iter().any(|o| o == "ro"));
+    for o in ["nosuid", "nodev", "noexec"] {
+        assert!(mps[0].options.iter().any(|x| x == o), "{o}: {:?}", mps[0].options);
+    }
+    assert!(spec.container_edits.env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()));
+
+    let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir", "/nonexistent/nvidia-mps"]));
+    assert!(err.contains("MPS pipe directory /nonexistent/nvidia-mps: does not exist"), "{err}");
+    let file = node.driver().join("etc/ld.so.conf").to_string_lossy().into_owned();
+    let err = generate_fails(&args(
+        node.rebased(),
+        &["--mps-pipe-dir", "/etc/ld.so.conf", "--mps-pipe-dir-ctr-path", &file],
+    ));
+    assert!(err.contains("not a directory") && err.contains("looked up at"), "{err}");
+    let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir-ctr-path", &here]));
+    assert!(err.contains("--mps-pipe-dir-ctr-path needs --mps-pipe-dir"), "{err}");
 }

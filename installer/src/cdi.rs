@@ -28,6 +28,7 @@ impl SpecGenerator for CdiGen {
             r.hook_path.clone(),
         );
         opts.nvml_lib = r.nvml_lib.as_ref().map(|p| r.host_root.locate(p)).transpose()?;
+        opts.mps_pipe_dir = r.mps_pipe_dir.as_deref().map(root).transpose()?;
         let spec = generate(&opts, &Nvml).map_err(|e| Error::Cdi(e.to_string()))?;
         Ok(nvinject_cdi::codec::to_string(&spec, Format::Json).into_bytes())
     }

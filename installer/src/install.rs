@@ -76,6 +76,8 @@ pub struct Settings {
     pub sys_root: String,
     /// NVML library to load (host path); default: found under the driver root.
     pub nvml_lib: Option<String>,
+    /// The MPS control daemon's pipe directory (host path), when the node runs MPS; `None`: no MPS.
+    pub mps_pipe_dir: Option<String>,
     /// Where the shim is linked onto containerd's `PATH` when containerd ignores `runtime_path`.
     pub shim_link_dir: String,
     /// The installer's state directory.
@@ -110,6 +112,7 @@ impl Settings {
             proc_root: "/proc".into(),
             sys_root: "/sys".into(),
             nvml_lib: None,
+            mps_pipe_dir: None,
             shim_link_dir: "/usr/local/bin".into(),
             state_dir: "/var/lib/nvinject/installer".into(),
             lock_file: "/run/nvinject-installer.lock".into(),
@@ -162,6 +165,8 @@ pub struct SpecRequest {
     pub nvml_lib: Option<String>,
     /// Hook path written into the spec (host path).
     pub hook_path: String,
+    /// The MPS pipe directory (host path) the spec mounts, if any.
+    pub mps_pipe_dir: Option<String>,
 }
 
 /// Produces the CDI spec file for this node (the cdi-gen library in production).
@@ -297,6 +302,7 @@ impl Installer<'_> {
                 sys_root: s.sys_root.clone(),
                 nvml_lib: s.nvml_lib.clone(),
                 hook_path: s.hook_path(),
+                mps_pipe_dir: s.mps_pipe_dir.clone(),
             })?),
             None => None,
         };

@@ -121,6 +121,10 @@ struct HostArgs {
     /// NVML library on the host (default: libnvidia-ml.so.1 under the driver root).
     #[arg(long, env = "NVINJECT_NVML_LIB")]
     nvml_lib: Option<String>,
+    /// The MPS control daemon's pipe directory on the host, when the node runs MPS: mounted
+    /// writable into GPU containers with CUDA_MPS_PIPE_DIRECTORY (default: no MPS).
+    #[arg(long, env = "NVINJECT_MPS_PIPE_DIR")]
+    mps_pipe_dir: Option<String>,
     /// CDI spec directory on the host.
     #[arg(long, default_value = "/var/run/cdi", env = "NVINJECT_CDI_DIR")]
     cdi_dir: String,
@@ -205,6 +209,7 @@ impl HostArgs {
         s.proc_root = self.proc_root.clone();
         s.sys_root = self.sys_root.clone();
         s.nvml_lib = self.nvml_lib.clone();
+        s.mps_pipe_dir = self.mps_pipe_dir.clone();
         s.shim_link_dir = self.shim_link_dir.clone();
         s.state_dir = self.state_dir.clone();
         s.lock_file = self.lock_file.clone();

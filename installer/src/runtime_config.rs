@@ -26,6 +26,7 @@ impl RuntimeConfigWriter for ShimConfig {
         config.regenerate.hook_path = Some(PathBuf::from(settings.hook_path()));
         config.regenerate.spec_path = Some(PathBuf::from(settings.spec_path()));
         config.regenerate.nvml_lib = settings.nvml_lib.as_ref().map(PathBuf::from);
+        config.regenerate.mps_pipe_dir = settings.mps_pipe_dir.as_ref().map(PathBuf::from);
         config.requests.accept_volume_mounts = settings.accept_volume_mounts;
         let shown = settings.host_root.shown(&settings.runtime_config);
         let body = toml::to_string(&config)
@@ -65,6 +66,11 @@ mod tests {
         assert_eq!(parsed.regenerate.spec_path, Some(PathBuf::from("/var/run/cdi/nvidia.com-gpu.json")));
         assert!(parsed.cdi.spec_dirs.contains(&PathBuf::from("/var/run/cdi")));
         assert!(!parsed.requests.accept_volume_mounts, "volume mounts must be off by default");
+        assert_eq!(parsed.regenerate.mps_pipe_dir, None, "no MPS unless asked");
+        settings.mps_pipe_dir = Some("/run/nvidia/mps".into());
+        let text = ShimConfig.render(&settings, RuntimeMode::RuntimePath).unwrap();
+        let parsed = Config::parse(&text, std::path::Path::new("config.toml")).unwrap();
+        assert_eq!(parsed.regenerate.mps_pipe_dir, Some(PathBuf::from("/run/nvidia/mps")));
     }
 
     #[test]

@@ -197,17 +197,21 @@ fn cdi_gen_roots_linking_out_are_refused() {
             sys_root: "/sys".into(),
             nvml_lib: None,
             hook_path: "/usr/local/nvinject/bin/nvinject-hook".into(),
+            mps_pipe_dir: None,
         };
         match field {
             "driver" => r.driver_root = value.into(),
             "dev" => r.dev_root = value.into(),
             "proc" => r.proc_root = value.into(),
             "sys" => r.sys_root = value.into(),
+            "mps" => r.mps_pipe_dir = Some(value.into()),
             _ => r.nvml_lib = Some(value.into()),
         }
         r
     };
-    for field in ["driver", "dev", "proc", "sys", "nvml"] {
+    t.mkdir("mps");
+    fs::create_dir_all(t.outside.join("mps")).unwrap();
+    for field in ["driver", "dev", "proc", "sys", "nvml", "mps"] {
         let rel = if field == "nvml" { "libnvidia-ml.so.1" } else { field };
         for (kind, target) in t.escapes(rel, 1) {
             let link = format!("links/{field}-{kind}");

@@ -113,6 +113,10 @@ pub struct RegenerateConfig {
     pub nvml_lib: Option<PathBuf>,
     /// Hook path written into regenerated specs.
     pub hook_path: Option<PathBuf>,
+    /// The MPS control daemon's pipe directory (`CUDA_MPS_PIPE_DIRECTORY`), when this node runs
+    /// MPS: regenerated specs mount it writable into every GPU container and set the variable.
+    /// Unset: no MPS pieces (`nvinject-cdi generate --mps-pipe-dir`).
+    pub mps_pipe_dir: Option<PathBuf>,
     /// The spec file the shim keeps present: generated (with the roots above) when a device is
     /// requested and the file is missing, e.g. after a reboot emptied `/var/run/cdi`.
     pub spec_path: Option<PathBuf>,
@@ -133,6 +137,7 @@ impl Default for RegenerateConfig {
             dev_root: None,
             nvml_lib: None,
             hook_path: None,
+            mps_pipe_dir: None,
             spec_path: None,
             lock_dir: PathBuf::from("/run/nvinject/locks"),
             lock_timeout_secs: 10,
@@ -230,6 +235,16 @@ impl Config {
                 "an empty prefix would treat every annotation as a device request",
             ));
         }
+        if let Some(dir) = &self.regenerate.mps_pipe_dir
+            && (!dir.is_absolute() || dir.parent().is_none())
+        {
+            return Err(invalid(
+                "regenerate.mps-pipe-dir",
+                dir,
+                "give the MPS control daemon's CUDA_MPS_PIPE_DIRECTORY as an absolute path other than /, \
+                 e.g. /run/nvidia/mps, or remove the key when the node runs no MPS",
+            ));
+        }
         if self.runtime.delegate.as_os_str().is_empty() {
             return Err(invalid(
                 "runtime.delegate",
@@ -283,6 +298,7 @@ mod tests {
             dev-root = "/"
             nvml-lib = "/usr/lib/libnvidia-ml.so.1"
             hook-path = "/usr/local/nvinject/bin/nvinject-hook"
+            mps-pipe-dir = "/run/nvidia/mps"
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
             lock-dir = "/run/x/locks"
             lock-timeout-secs = 3
@@ -299,6 +315,8 @@ mod tests {
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
         assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
         assert_eq!(c.regenerate.lock_timeout_secs, 3);
+        assert_eq!(c.regenerate.mps_pipe_dir.as_deref(), Some(Path::new("/run/nvidia/mps")));
+        assert_eq!(Config::default().regenerate.mps_pipe_dir, None, "no MPS unless configured");
     }
 
     #[test]
@@ -320,6 +338,8 @@ mod tests {
             ("[cdi]\ndefault-kind = \"-nvidia.com/gpu\"", "cdi.default-kind"),
             ("[cdi]\nannotation-prefixes = [\"\"]", "cdi.annotation-prefixes"),
             ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
+            ("[regenerate]\nmps-pipe-dir = \"nvidia-mps\"", "regenerate.mps-pipe-dir"),
+            ("[regenerate]\nmps-pipe-dir = \"/\"", "regenerate.mps-pipe-dir"),
             (
                 "[requests]\naccept-nvidia-visible-devices-as-volume-mounts = \"yes\"",
                 "accept-nvidia-visible-devices-as-volume-mounts",

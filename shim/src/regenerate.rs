@@ -17,6 +17,8 @@ pub struct CdiGenRegenerator {
     pub proc_root: PathBuf,
     /// Where `module/nvidia/version` is read.
     pub sys_root: PathBuf,
+    /// `regenerate.mps-pipe-dir`: the MPS pipe directory regenerated specs mount, if any.
+    pub mps_pipe_dir: Option<PathBuf>,
 }
 
 impl Regenerate for CdiGenRegenerator {
@@ -33,6 +35,7 @@ impl Regenerate for CdiGenRegenerator {
         );
         options.spec.kind = request.kind.parse().map_err(|e| format!("kind {:?}: {e}", request.kind))?;
         options.nvml_lib = request.nvml_lib.clone();
+        options.mps_pipe_dir = self.mps_pipe_dir.clone().map(Root::same);
         let spec = generate(&options, &Nvml).map_err(|e| e.to_string())?;
         let format = Format::from_path(&request.spec_path).unwrap_or(Format::Yaml);
         write_spec(&request.spec_path, &spec, format).map_err(|e| e.to_string())?;

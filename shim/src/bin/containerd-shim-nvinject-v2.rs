@@ -170,6 +170,7 @@ fn proxy(
     let regenerator = CdiGenRegenerator {
         proc_root: config.regenerate.proc_root.clone(),
         sys_root: config.regenerate.sys_root.clone(),
+        mps_pipe_dir: config.regenerate.mps_pipe_dir.clone(),
     };
     let gate = Injector::new(&config, Box::new(regenerator));
     tracing::debug!(

@@ -103,6 +103,7 @@ fn check_tree(preset: &str, nvml: &Path) {
         "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
         "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
         "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
     ] {
         serde_json::from_str::<serde_json::Value>(&read(&driver.join(json)))
             .unwrap_or_else(|e| panic!("{json}: {e}"));
@@ -119,6 +120,27 @@ fn check_tree(preset: &str, nvml: &Path) {
     }
     assert_eq!(std::fs::read_link(driver.join("var/run")).unwrap(), Path::new("../run"));
     assert!(driver.join("tmp/nvidia-mps").is_dir());
+
+    // Graphics, video and display pieces: VDPAU (outside the ld cache), the GBM backend link,
+    // Xorg modules; each a loadable stub with its SONAME.
+    let vdpau = lib_dir.join(format!("vdpau/libvdpau_nvidia.so.{version}"));
+    let summary = elf::read_soname(&std::fs::read(&vdpau).unwrap()).unwrap();
+    assert_eq!(summary.soname.as_deref(), Some("libvdpau_nvidia.so.1"));
+    assert!(!cache.contains("libvdpau_nvidia"), "VDPAU's driver is opened by path, not from the cache");
+    assert_eq!(
+        std::fs::read_link(lib_dir.join("gbm/nvidia-drm_gbm.so")).unwrap(),
+        Path::new("../libnvidia-allocator.so.1")
+    );
+    assert!(lib_dir.join("gbm/nvidia-drm_gbm.so").is_file(), "the GBM link resolves");
+    let xorg = driver.join("usr/lib/xorg/modules");
+    for (module, soname) in [
+        ("drivers/nvidia_drv.so".to_owned(), "nvidia_drv.so".to_owned()),
+        (format!("extensions/libglxserver_nvidia.so.{version}"), format!("libglxserver_nvidia.so.{version}")),
+    ] {
+        let summary = elf::read_soname(&std::fs::read(xorg.join(&module)).unwrap()).unwrap();
+        assert_eq!(summary.soname.as_deref(), Some(soname.as_str()), "{module}");
+    }
+    assert!(xorg.join("extensions/libglxserver_nvidia.so").is_file());
 
     // Device nodes against the simulated /proc/devices.
     let majors = parse_char_majors(&read(&proc_root.join("devices")));

@@ -7,8 +7,8 @@
 //! print the real tool's messages and exit with its documented codes (9: driver not loaded,
 //! 12: NVML not found, 255: other).
 //!
-//! Called as `nvidia-debugdump`, `nvidia-persistenced`, `nvidia-cuda-mps-control` or
-//! `nvidia-cuda-mps-server` (the builder installs copies under those names), it says that it is a
+//! Called as `nvidia-debugdump`, `nvidia-persistenced`, `nvidia-cuda-mps-control`,
+//! `nvidia-cuda-mps-server` or `nvidia-xconfig` (the builder installs copies under those names), it says that it is a
 //! stand-in and exits 0. It links only glibc's libc (and libgcc_s), so it runs inside containers.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
@@ -27,8 +27,13 @@ const NVML_ERROR_IRQ_ISSUE: Ret = 11;
 const NVML_ERROR_FUNCTION_NOT_FOUND: Ret = 13;
 
 /// Names under which this binary is installed as a stub.
-const STUBS: &[&str] =
-    &["nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"];
+const STUBS: &[&str] = &[
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-xconfig",
+];
 
 const DRIVER_NOT_LOADED: &str = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. \
                                  Make sure that the latest NVIDIA driver is installed and running.";

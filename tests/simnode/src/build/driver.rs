@@ -3,8 +3,20 @@
 //! The names, SONAMEs and symlinks follow NVIDIA's x86_64 Linux driver as Debian/Ubuntu and the
 //! `.run` installer lay it out (driver 550): most libraries have a `.so.1` (or `.so.0`, `.so.2`,
 //! `.so.4`) SONAME link; the internal ones (`libnvidia-glcore`, `-eglcore`, `-tls`, `-glsi`,
-//! `-glvkspirv`, `-rtcore`, `-gpucomp`) use the full versioned file name as their SONAME and get no
-//! link. Every library except `libnvidia-ml` is a stub from [`crate::elf`].
+//! `-glvkspirv`, `-rtcore`, `-gpucomp`, `-pkcs11`, `-wayland-client`, `-vulkan-producer`) use the
+//! full versioned file name as their SONAME and get no link. Every library except `libnvidia-ml` is
+//! a stub from [`crate::elf`].
+//!
+//! Where the file list comes from: the package file list of Frugalware's `nvidia 550.54.14-1` and
+//! `550.40.07-6` (a repackaging of NVIDIA's 550 `.run`: `usr/lib/vdpau/libvdpau_nvidia.so.<v>`,
+//! `xorg/modules/drivers/nvidia_drv.so`, `libglxserver_nvidia.so.<v>`, `libnvidia-egl-wayland.so.1.1.13`,
+//! `libnvidia-fbc`, `egl_external_platform.d/10_nvidia_wayland.json`), negativo17's Fedora
+//! `nvidia-driver.spec` (`gbm/nvidia-drm_gbm.so`, `libnvidia-ngx`, `libnvidia-opticalflow`,
+//! `libnvidia-pkcs11{,-openssl3}`), and the stub set nvidia-ctk 1.20 was recorded against
+//! (`cdi/tests/golden/nvidia-ctk-1.20.0/h100x8-graphics.json`). Left out on purpose, since no 550
+//! list we found has them: the EGL xcb/xlib platform (`libnvidia-egl-xcb`/`-xlib`,
+//! `20_nvidia_{xcb,xlib}.json`, first shipped with 560), `libnvidia-nvvm70`, `libnvidia-sandboxutils`
+//! and the IMEX programs (listed only for later branches); discovery handles them when present.
 
 /// How a library's SONAME is formed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +104,26 @@ pub const LIBRARIES: &[DriverLibrary] = &[
     lib("libnvidia-glvkspirv", SonameKind::Versioned),
     lib("libnvidia-rtcore", SonameKind::Versioned),
     lib("libnvoptix", SonameKind::Major("1")),
+    lib("libnvidia-fbc", SonameKind::Major("1")),
+    lib("libnvidia-ngx", SonameKind::Major("1")),
+    lib("libnvidia-opticalflow", SonameKind::Major("1")),
+    lib("libnvidia-pkcs11", SonameKind::Versioned),
+    lib("libnvidia-pkcs11-openssl3", SonameKind::Versioned),
+    lib("libnvidia-wayland-client", SonameKind::Versioned),
+    // The `.run` installer also makes `libnvidia-vulkan-producer.so -> .so.<version>`.
+    DriverLibrary {
+        stem: "libnvidia-vulkan-producer",
+        soname: SonameKind::Versioned,
+        version: FileVersion::Driver,
+        dev_link: true,
+    },
+    // Named by 10_nvidia_wayland.json.
+    DriverLibrary {
+        stem: "libnvidia-egl-wayland",
+        soname: SonameKind::Major("1"),
+        version: FileVersion::Own("1.1.13"),
+        dev_link: false,
+    },
     // Named by 15_nvidia_gbm.json; without it that file would point at nothing.
     DriverLibrary {
         stem: "libnvidia-egl-gbm",
@@ -101,6 +133,36 @@ pub const LIBRARIES: &[DriverLibrary] = &[
     },
 ];
 
+/// The VDPAU driver, in `vdpau/` under the library folder (outside the ld.so.conf folders, so
+/// not in the ld.so.cache: VDPAU's loader opens it by path), with its `.so.1` SONAME link.
+pub const VDPAU: DriverLibrary = lib("libvdpau_nvidia", SonameKind::Major("1"));
+
+/// The folder of [`VDPAU`], under the library folder.
+pub const VDPAU_DIR: &str = "vdpau";
+
+/// Links under the library folder: `(link, target)`. GBM's loader finds NVIDIA's backend as
+/// `gbm/nvidia-drm_gbm.so`, a link to the allocator library.
+pub const LIB_DIR_LINKS: &[(&str, &str)] = &[("gbm/nvidia-drm_gbm.so", "../libnvidia-allocator.so.1")];
+
+/// Xorg's module folder, inside the driver root (the `.run` installer's default).
+pub const XORG_MODULES_DIR: &str = "usr/lib/xorg/modules";
+
+/// Pairs of paths or names: `(path, SONAME)` or `(link, target)`.
+pub type Pairs = Vec<(String, String)>;
+
+/// The Xorg driver and GLX server module, relative to [`XORG_MODULES_DIR`], for driver `version`:
+/// `(path, SONAME)`, plus the unversioned `libglxserver_nvidia.so` link the installer makes.
+pub fn xorg_modules(version: &str) -> (Pairs, Pairs) {
+    let glx = format!("libglxserver_nvidia.so.{version}");
+    (
+        vec![
+            ("drivers/nvidia_drv.so".into(), "nvidia_drv.so".into()),
+            (format!("extensions/{glx}"), glx.clone()),
+        ],
+        vec![("extensions/libglxserver_nvidia.so".into(), glx)],
+    )
+}
+
 /// Programs in `usr/bin`. The first is the `nvidia-smi` stand-in; the others are copies of it
 /// that, called by these names, say what they are and exit 0.
 pub const BINARIES: &[&str] = &[
@@ -109,6 +171,7 @@ pub const BINARIES: &[&str] = &[
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
+    "nvidia-xconfig",
 ];
 
 /// GSP firmware images under `lib/firmware/nvidia/<version>/`.
@@ -137,10 +200,13 @@ pub fn config_files(driver_version: &str) -> Vec<(String, String)> {
                       \"library_path\" : \"libEGL_nvidia.so.0\"\n    }\n}\n";
     let gbm = "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \
                \"library_path\" : \"libnvidia-egl-gbm.so.1\"\n    }\n}\n";
+    let wayland = "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \
+                   \"library_path\" : \"libnvidia-egl-wayland.so.1\"\n    }\n}\n";
     vec![
         ("usr/share/vulkan/icd.d/nvidia_icd.json".into(), icd),
         ("usr/share/vulkan/implicit_layer.d/nvidia_layers.json".into(), layers),
         ("usr/share/glvnd/egl_vendor.d/10_nvidia.json".into(), egl_vendor.into()),
+        ("usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json".into(), wayland.into()),
         ("usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json".into(), gbm.into()),
         ("etc/OpenCL/vendors/nvidia.icd".into(), "libnvidia-opencl.so.1\n".into()),
         // The real file is an opaque blob the OptiX library reads; only its presence matters here.

@@ -167,6 +167,25 @@ fn driver_root(input: &PlanInput<'_>, out: &mut Vec<Entry>) {
             out.push(link(lib_dir.join(format!("{}.so", lib.stem)), lib.soname(version)));
         }
     }
+    let vdpau_dir = lib_dir.join(driver::VDPAU_DIR);
+    let vdpau = driver::VDPAU;
+    out.push(file(
+        vdpau_dir.join(vdpau.file_name(version)),
+        shared_object(input.machine, &vdpau.soname(version)),
+        DATA,
+    ));
+    out.push(link(vdpau_dir.join(vdpau.soname(version)), vdpau.file_name(version)));
+    for (path, target) in driver::LIB_DIR_LINKS {
+        out.push(link(lib_dir.join(path), target));
+    }
+    let xorg = root.join(driver::XORG_MODULES_DIR);
+    let (modules, module_links) = driver::xorg_modules(version);
+    for (path, soname) in modules {
+        out.push(file(xorg.join(path), shared_object(input.machine, &soname), DATA));
+    }
+    for (path, target) in module_links {
+        out.push(link(xorg.join(path), target));
+    }
     for name in driver::BINARIES {
         out.push(Entry::Copy { from: input.smi_bin.to_owned(), path: l.bin_dir().join(name), mode: EXEC });
     }
@@ -336,6 +355,33 @@ mod tests {
             Entry::File { .. }
         ));
         assert!(matches!(find(&e, "/sim/host/sys/module/nvidia/version"), Entry::File { .. }));
+        // Graphics, video and display pieces of a 550 install.
+        assert!(matches!(find(&e, &format!("{lib}/vdpau/libvdpau_nvidia.so.550.54.15")), Entry::File { .. }));
+        assert_eq!(
+            find(&e, &format!("{lib}/vdpau/libvdpau_nvidia.so.1")),
+            &link(format!("{lib}/vdpau/libvdpau_nvidia.so.1").into(), "libvdpau_nvidia.so.550.54.15")
+        );
+        assert_eq!(
+            find(&e, &format!("{lib}/gbm/nvidia-drm_gbm.so")),
+            &link(format!("{lib}/gbm/nvidia-drm_gbm.so").into(), "../libnvidia-allocator.so.1")
+        );
+        assert_eq!(
+            find(&e, &format!("{lib}/libnvidia-vulkan-producer.so")),
+            &link(
+                format!("{lib}/libnvidia-vulkan-producer.so").into(),
+                "libnvidia-vulkan-producer.so.550.54.15"
+            )
+        );
+        let xorg = "/sim/driver/usr/lib/xorg/modules";
+        assert!(matches!(find(&e, &format!("{xorg}/drivers/nvidia_drv.so")), Entry::File { .. }));
+        assert_eq!(
+            find(&e, &format!("{xorg}/extensions/libglxserver_nvidia.so")),
+            &link(
+                format!("{xorg}/extensions/libglxserver_nvidia.so").into(),
+                "libglxserver_nvidia.so.550.54.15"
+            )
+        );
+        assert!(matches!(find(&e, "/sim/driver/usr/bin/nvidia-xconfig"), Entry::Copy { mode: 0o755, .. }));
         assert!(matches!(
             find(&e, "/sim/driver/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"),
             Entry::File { .. }
