@@ -65,13 +65,11 @@ impl Version {
     pub fn parse(s: &str) -> Option<Version> {
         let s = s.strip_prefix('v').unwrap_or(s);
         let mut parts = [0u64; 3];
-        let mut n = 0;
-        for part in s.split('.') {
+        for (n, part) in s.split('.').enumerate() {
             if n == 3 || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
             parts[n] = part.parse().ok()?;
-            n += 1;
         }
         Some(Version(parts[0], parts[1], parts[2]))
     }
@@ -274,7 +272,7 @@ fn parse_note(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<CompatNote
             continue;
         }
         let (offset, size, align) = (le64(&sh, 0x18), le64(&sh, 0x20), le64(&sh, 0x30).max(1));
-        if size > MAX_NOTE_BYTES || size < 12 || !align.is_power_of_two() {
+        if !(12..=MAX_NOTE_BYTES).contains(&size) || !align.is_power_of_two() {
             return None;
         }
         let data = read(offset, size as usize)?;
