@@ -165,6 +165,8 @@ pub struct Outcome {
     pub mounts_in_hook: usize,
     /// The spec's `nvinject-hook` runs merged into that one run.
     pub hooks_merged: usize,
+    /// What was done with each hook run of NVIDIA's hook in the edits (`sub=translated|kept|dropped`).
+    pub nvidia_hooks: Vec<String>,
     /// Whether config.json was rewritten.
     pub wrote: bool,
     /// Microseconds reading and parsing config.json.
@@ -236,7 +238,7 @@ impl Injector {
         outcome.requested = names.iter().map(ToString::to_string).collect();
         outcome.ignored = describe_ignored(&ignored);
 
-        let edits = {
+        let mut edits = {
             let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             registry.refresh();
             outcome.regenerated = self.create_missing(&mut registry)?;
@@ -247,6 +249,15 @@ impl Injector {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
         }
+        let hook_path =
+            crate::mount_hook::hook_path_for_nvidia(&edits.hooks, self.regen_config.hook_path.as_deref());
+        outcome.nvidia_hooks =
+            crate::mount_hook::translate_nvidia_hooks(&mut edits.hooks, &hook_path, &|p| {
+                Path::new(p).exists()
+            })
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         apply_edits(&mut oci, &edits).map_err(|error| InjectError::Apply {
             path: path.clone(),
             devices: outcome.injected.join(","),
@@ -480,6 +491,7 @@ impl CreateGate for Injector {
                 regenerated = ?o.regenerated,
                 mounts_in_hook = o.mounts_in_hook,
                 hooks_merged = o.hooks_merged,
+                nvidia_hooks = %o.nvidia_hooks.join(","),
                 wrote = o.wrote,
                 read_us = o.read_us,
                 inject_us = o.inject_us,
