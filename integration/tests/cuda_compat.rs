@@ -55,7 +55,7 @@ fn run(node: &GpuNode, id: &str, image: &str) -> (Vec<String>, Vec<String>, Valu
         .unwrap_or_else(|e| panic!("{id}: {e}\nshim log:\n{}", process::log_tail(&node.shim_log, 20)));
     assert_eq!(out.status, 0, "{id}: {} {}", out.stdout, out.stderr);
     let report = parse_report(&out.stdout).unwrap_or_else(|| panic!("{id}: no report: {}", out.stdout));
-    let libcuda: Vec<String> = report["ldconfig"]
+    let libcuda: Vec<String> = report["ldconfig"]["lines"]
         .as_array()
         .unwrap()
         .iter()

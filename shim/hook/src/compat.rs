@@ -199,8 +199,17 @@ pub fn enable(root: &Root, args: &CompatArgs) -> Result<Option<PathBuf>, HookErr
         }
         Decision::Skip(why) => {
             tracing::debug!(why, "CUDA compat libraries not used");
-            if root.remove_file(Path::new(COMPAT_DROPIN))? {
-                tracing::warn!(file = COMPAT_DROPIN, "removed a compat drop-in this run did not decide on");
+            // Whatever the image put under that name (a directory, say) does not fail the start:
+            // a later update-ldcache run reads only a regular file there.
+            match root.remove_file(Path::new(COMPAT_DROPIN)) {
+                Ok(true) => {
+                    tracing::warn!(
+                        file = COMPAT_DROPIN,
+                        "removed a compat drop-in this run did not decide on"
+                    )
+                }
+                Ok(false) => {}
+                Err(error) => tracing::warn!(file = COMPAT_DROPIN, %error, "left the image's file in place"),
             }
             Ok(None)
         }
@@ -210,8 +219,14 @@ pub fn enable(root: &Root, args: &CompatArgs) -> Result<Option<PathBuf>, HookErr
 /// The folders [`COMPAT_DROPIN`] names, for an `update-ldcache` run after a separate
 /// `enable-cuda-compat` run: absolute lines only, at most a few.
 pub fn folders_from_dropin(root: &Root) -> Result<Vec<PathBuf>, HookError> {
-    let Some(bytes) = root.read_optional(Path::new(COMPAT_DROPIN), 4096)? else {
-        return Ok(Vec::new());
+    let bytes = match root.read_optional(Path::new(COMPAT_DROPIN), 4096) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(Vec::new()),
+        Err(error) => {
+            // Not a regular file of a few lines: not one enable-cuda-compat wrote.
+            tracing::warn!(file = COMPAT_DROPIN, %error, "compat drop-in ignored");
+            return Ok(Vec::new());
+        }
     };
     Ok(String::from_utf8_lossy(&bytes)
         .lines()
@@ -546,5 +561,15 @@ pub(crate) mod tests {
         );
         assert_eq!(enable(&root, &args("550.54.15")).unwrap(), None, "550 is not a listed branch");
         assert_eq!(enable(&root, &args("560.28.03")).unwrap(), Some(PathBuf::from("/usr/local/cuda/compat")));
+        // A directory or a FIFO under the drop-in's name: no decision read from it, no failure,
+        // nothing blocks.
+        let dropin = r.join(COMPAT_DROPIN.trim_start_matches('/'));
+        std::fs::remove_file(&dropin).unwrap();
+        std::fs::create_dir(&dropin).unwrap();
+        assert!(folders_from_dropin(&root).unwrap().is_empty());
+        assert_eq!(enable(&root, &args("565.57.01")).unwrap(), None);
+        std::fs::remove_dir(&dropin).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&dropin).status().unwrap().success());
+        assert!(folders_from_dropin(&root).unwrap().is_empty());
     }
 }
