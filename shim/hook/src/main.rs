@@ -230,4 +230,39 @@ mod tests {
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(message(&plain), "outer: inner");
     }
+
+    #[test]
+    fn translated_arguments_parse_and_mounts_come_only_before_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "nvinject-hook",
+            "inject",
+            "--link=a::/b",
+            "--host-driver-version=550.54.15",
+            "--folder=/usr/lib/x86_64-linux-gnu",
+        ])
+        .unwrap();
+        let Cmd::Inject { links, folders, compat, .. } = cli.command else { panic!("{:?}", cli.command) };
+        assert_eq!((links.as_slice(), folders.len()), (["a::/b".to_owned()].as_slice(), 1));
+        assert_eq!(compat.host_driver_version.as_deref(), Some("550.54.15"));
+        let cli =
+            Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat", "--host-driver-version", "560"])
+                .unwrap();
+        assert!(
+            matches!(cli.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_some())
+        );
+        // A spec's run can give --mount only before the subcommand, which the shim's translation
+        // of NVIDIA's hooks never writes; after it, or twice a compat flag, it is refused.
+        for argv in [
+            &["nvinject-hook", "create-symlinks", "--mount", "/etc::/x::rbind"][..],
+            &["nvinject-hook", "update-ldcache", "--mount=/etc::/x::rbind"],
+            &["nvinject-hook", "inject", "--host-driver-version=1", "--host-driver-version=2"],
+            &["nvinject-hook", "enable-cuda-compat", "--container-spec=/tmp/x"],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let none = Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat"]).unwrap();
+        assert!(
+            matches!(none.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_none() && compat.host_cuda_version.is_none())
+        );
+    }
 }
