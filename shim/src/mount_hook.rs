@@ -101,8 +101,8 @@ fn translated_args(argv0: &str, sub_and_args: &[String]) -> Result<Vec<String>, 
 }
 
 /// Runs the hooks NVIDIA's tools wrote with nvinject-hook (`hook_path`) where it implements
-/// them: `create-symlinks`, `update-ldcache` and `enable-cuda-compat` runs become the same
-/// nvinject-hook runs (same hook point, order and timeout; nvinject-hook's minimal environment),
+/// them: `create-symlinks`, `update-ldcache` and `enable-cuda-compat` createContainer runs become
+/// the same nvinject-hook runs (same order and timeout; nvinject-hook's minimal environment),
 /// and are then folded like our own specs' runs.
 ///
 /// Any other NVIDIA run (`update-application-profile`, `disable-device-node-modification`,
@@ -120,7 +120,14 @@ pub fn translate_nvidia_hooks(
     hooks.retain_mut(|hook| {
         let Some(sub_and_args) = nvidia_subcommand(hook) else { return true };
         let subcommand = sub_and_args.first().cloned().unwrap_or_else(|| hook.args.join(" "));
-        match translated_args(argv0, sub_and_args) {
+        // nvinject-hook works on the container root before pivot_root, where NVIDIA's hooks run:
+        // createContainer. At another point it is not what our own specs do, so not translated.
+        let translated = if hook.hook_name == "createContainer" {
+            translated_args(argv0, sub_and_args)
+        } else {
+            Err(format!("a {} hook, not createContainer", hook.hook_name))
+        };
+        match translated {
             Ok(args) => {
                 tracing::debug!(nvidia_hook = %subcommand, path = %hook.path, "run by nvinject-hook");
                 hook.path = hook_path.to_owned();
@@ -663,13 +670,16 @@ mod tests {
         let mut hooks = vec![other.clone(), ctk_other.clone()];
         assert!(translate_nvidia_hooks(&mut hooks, HOOK, &|_| false).is_empty());
         assert_eq!(hooks, [other, ctk_other]);
-        // A timeout and the hook point are kept.
+        // A timeout is kept; a hook point other than createContainer is not translated.
         let mut timed = nv_hook("/usr/bin/nvidia-cdi-hook", &["nvidia-cdi-hook", "update-ldcache"]);
         timed.timeout = Some(7);
+        let mut hooks = vec![timed.clone()];
+        translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+        assert_eq!((hooks[0].timeout, hooks[0].path.as_str()), (Some(7), HOOK));
         timed.hook_name = "createRuntime".into();
         let mut hooks = vec![timed];
-        translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
-        assert_eq!((hooks[0].timeout, hooks[0].hook_name.as_str()), (Some(7), "createRuntime"));
+        let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+        assert!(hooks.is_empty() && actions[0].action == "dropped", "{hooks:?}");
     }
 
     #[test]
