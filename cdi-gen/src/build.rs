@@ -81,17 +81,21 @@ pub enum HookKind {
     CreateSymlinks,
     /// `nvinject-hook update-ldcache --folder DIR ...`.
     UpdateLdcache,
+    /// `nvinject-hook enable-cuda-compat --host-driver-version=VERSION` (NVIDIA's spelling).
+    EnableCudaCompat,
 }
 
 impl HookKind {
     /// Every hook, for parsing a name back.
-    const ALL: [HookKind; 2] = [HookKind::CreateSymlinks, HookKind::UpdateLdcache];
+    const ALL: [HookKind; 3] =
+        [HookKind::CreateSymlinks, HookKind::UpdateLdcache, HookKind::EnableCudaCompat];
 
     /// The name on the command line and as the hook's subcommand.
     pub fn as_str(self) -> &'static str {
         match self {
             HookKind::CreateSymlinks => "create-symlinks",
             HookKind::UpdateLdcache => "update-ldcache",
+            HookKind::EnableCudaCompat => "enable-cuda-compat",
         }
     }
 }
@@ -104,7 +108,7 @@ impl fmt::Display for HookKind {
 
 /// An unknown `--disable-hook` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown hook `{0}`: expected create-symlinks or update-ldcache")]
+#[error("unknown hook `{0}`: expected create-symlinks, update-ldcache or enable-cuda-compat")]
 pub struct UnknownHook(pub String);
 
 impl FromStr for HookKind {
@@ -383,7 +387,7 @@ impl Builder<'_> {
             .collect()
     }
 
-    fn common_edits(&self, files: &DriverFiles) -> ContainerEdits {
+    fn common_edits(&self, files: &DriverFiles, driver_version: &str) -> ContainerEdits {
         let root = self.opts.host_driver_root.as_ref();
         let mount = |path: &str, options: &[&str]| Mount {
             host_path: join(root, path).to_string_lossy().into_owned(),
@@ -437,6 +441,19 @@ impl Builder<'_> {
                 "--link",
                 links.into_iter().map(|(link, target)| format!("{target}::{link}")),
             ),
+            // Between the links and the cache, as nvidia-ctk orders them: the hook decides whether
+            // the image's CUDA compat libraries come first, and the cache is built that way.
+            self.hook(
+                HookKind::EnableCudaCompat,
+                "--host-driver-version",
+                (!driver_version.is_empty()).then(|| driver_version.to_owned()),
+            )
+            .map(|mut h| {
+                // One `--flag=value` argument, NVIDIA's spelling.
+                let flag = h.args.split_off(2).join("=");
+                h.args.push(flag);
+                h
+            }),
             self.hook(HookKind::UpdateLdcache, "--folder", folders),
         ];
         ContainerEdits {
@@ -605,7 +622,7 @@ pub fn build_spec(
         kind: opts.choices.kind.to_string(),
         annotations,
         devices,
-        container_edits: b.common_edits(files),
+        container_edits: b.common_edits(files, driver_version),
     };
     spec.cdi_version = minimum_version(&spec).to_string();
     Ok(spec)
@@ -867,6 +884,10 @@ mod tests {
         );
         assert_eq!(
             c.hooks[1].args,
+            ["nvinject-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"]
+        );
+        assert_eq!(
+            c.hooks[2].args,
             [
                 "nvinject-hook",
                 "update-ldcache",
@@ -987,20 +1008,26 @@ mod tests {
     #[test]
     fn hooks_can_be_disabled() {
         let mut o = opts();
-        o.choices.disabled_hooks = vec![HookKind::CreateSymlinks, HookKind::UpdateLdcache];
+        o.choices.disabled_hooks =
+            vec![HookKind::CreateSymlinks, HookKind::UpdateLdcache, HookKind::EnableCudaCompat];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert!(spec.container_edits.hooks.is_empty());
         assert!(spec.devices.iter().all(|d| d.container_edits.hooks.is_empty()));
-        o.choices.disabled_hooks = vec!["update-ldcache".parse().unwrap()];
+        o.choices.disabled_hooks =
+            vec!["update-ldcache".parse().unwrap(), "enable-cuda-compat".parse().unwrap()];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(spec.container_edits.hooks.len(), 1);
         assert_eq!(spec.container_edits.hooks[0].args[1], "create-symlinks");
+        o.choices.disabled_hooks = vec!["update-ldcache".parse().unwrap()];
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
+        let subs: Vec<&str> = spec.container_edits.hooks.iter().map(|h| h.args[1].as_str()).collect();
+        assert_eq!(subs, ["create-symlinks", "enable-cuda-compat"]);
         assert!(
             "ldcache"
                 .parse::<HookKind>()
                 .unwrap_err()
                 .to_string()
-                .contains("create-symlinks or update-ldcache")
+                .contains("create-symlinks, update-ldcache or enable-cuda-compat")
         );
     }
 

@@ -349,7 +349,14 @@ fn hooks_follow_the_flags() {
     let node = Node::build("single");
     let spec = parse(&generate(&args(
         node.rebased(),
-        &["--hook-path", "/opt/nv/bin/nvinject-hook", "--disable-hook", "update-ldcache"],
+        &[
+            "--hook-path",
+            "/opt/nv/bin/nvinject-hook",
+            "--disable-hook",
+            "update-ldcache",
+            "--disable-hook",
+            "enable-cuda-compat",
+        ],
     )));
     let hooks = &spec.container_edits.hooks;
     assert_eq!(hooks.len(), 1);

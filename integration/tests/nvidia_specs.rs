@@ -16,14 +16,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// nvidia-ctk's recorded h100x8 spec with this node's roots in place of its placeholders.
-///
-/// Its hooks are dropped. They all run `/usr/bin/nvidia-cdi-hook` (create-symlinks, update-ldcache,
-/// enable-cuda-compat, ...), which this node does not have, and runc fails a start whose hook
-/// binary is missing: that is what NVIDIA's own runtime does too, so a node moving from NVIDIA's
-/// toolkit keeps nvidia-cdi-hook installed for as long as it keeps NVIDIA's specs. What this test
-/// is about is that nvinject reads and applies the spec: device nodes completed from the host,
-/// control nodes, mounts, env. A stub hook would only show that runc runs a hook.
+/// nvidia-ctk's recorded h100x8 spec with this node's roots in place of its placeholders, its
+/// hooks as NVIDIA wrote them: they run `/usr/bin/nvidia-cdi-hook` (create-symlinks,
+/// enable-cuda-compat, update-ldcache, disable-device-node-modification,
+/// update-application-profile), which this node does not have. The shim runs the ones
+/// nvinject-hook implements with nvinject-hook and drops the others (logged).
 fn nvidia_spec(node: &GpuNode) -> Value {
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/golden/nvidia-ctk-1.20.0/h100x8.json");
@@ -31,14 +28,16 @@ fn nvidia_spec(node: &GpuNode) -> Value {
     let text = text
         .replace("@DRIVER_ROOT@", node.driver_root.to_str().unwrap())
         .replace("@DEV_ROOT@", node.dev_root.to_str().unwrap());
-    let mut spec: Value = serde_json::from_str(&text).unwrap();
-    let hooks = spec["containerEdits"].as_object_mut().unwrap().remove("hooks");
-    assert!(
-        hooks.is_some_and(|h| h.as_array().is_some_and(|a| !a.is_empty())),
-        "the golden has hooks to drop"
-    );
+    let spec: Value = serde_json::from_str(&text).unwrap();
+    let hooks = spec["containerEdits"]["hooks"].as_array().expect("the golden has hooks");
+    assert!(hooks.iter().all(|h| h["path"] == "/usr/bin/nvidia-cdi-hook"), "{hooks:?}");
+    assert!(!Path::new("/usr/bin/nvidia-cdi-hook").exists(), "this test needs a node without NVIDIA's hook");
     spec
 }
+
+/// What NVIDIA's spec's hooks became, as the shim logs it.
+const TRANSLATED: &str = "create-symlinks=translated,create-symlinks=translated,enable-cuda-compat=translated,\
+update-ldcache=translated,disable-device-node-modification=dropped,update-application-profile=dropped";
 
 #[test]
 fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
@@ -48,9 +47,14 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     // spec's host paths, which lie under it, are looked up inside it. The shim reads its config
     // at every start.
     let config = std::fs::read_to_string(&node.config_path).unwrap();
+    // `hook-path` names the nvinject-hook that runs NVIDIA's hooks (the installer writes it).
     let config = config.replacen(
         "[regenerate]\n",
-        &format!("[regenerate]\ndev-root = {}\n", toml_str(node.dev_root.to_str().unwrap())),
+        &format!(
+            "[regenerate]\ndev-root = {}\nhook-path = {}\n",
+            toml_str(node.dev_root.to_str().unwrap()),
+            toml_str(node.bin_dir.join("nvinject-hook").to_str().unwrap())
+        ),
         1,
     );
     std::fs::write(&node.config_path, config).unwrap();
@@ -90,8 +94,8 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
         );
     }
 
-    // Every file NVIDIA's spec mounts is mounted where it says (runc makes the mounts: the spec
-    // has no nvinject-hook to fold them into).
+    // Every file NVIDIA's spec mounts is mounted where it says (by nvinject-hook's one run, which
+    // NVIDIA's translated hooks fold into).
     let wanted: BTreeSet<String> = spec["containerEdits"]["mounts"]
         .as_array()
         .unwrap()
@@ -112,29 +116,61 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     assert!(wanted.iter().any(|m| m.ends_with("libcuda.so.550.54.15")), "{wanted:?}");
     assert_eq!(report["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
     assert_eq!(report["environ"]["NVIDIA_CTK_LIBCUDA_DIR"], "/usr/lib/x86_64-linux-gnu");
+    assert_hooks_did_their_work(&node, "nv0", report);
 
-    let lines: Vec<Value> =
-        node.shim_log_for("nv0").into_iter().filter(|l| l["message"] == "container create").collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
+    let lines = create_lines(&node, "nv0");
     assert_eq!(lines[0]["injected"], "nvidia.com/gpu=0");
-    assert_eq!(lines[0]["mounts_in_hook"], 0, "{}", lines[0]);
+    assert_eq!(lines[0]["nvidia_hooks"], TRANSLATED, "{}", lines[0]);
+    // The four translated runs became one, with the mounts.
+    assert_eq!(lines[0]["hooks_merged"], 4, "{}", lines[0]);
+    let moved = lines[0]["mounts_in_hook"].as_u64().unwrap_or(0) as usize;
+    assert!(moved > 0 && moved <= wanted.len(), "{}", lines[0]);
 
-    // With NVIDIA's hooks kept and no nvidia-cdi-hook on the node, the shim applies the spec and
-    // runc refuses the start naming the missing hook, as it does under NVIDIA's own runtime.
-    let mut with_hooks = spec.clone();
-    with_hooks["containerEdits"]["hooks"] = serde_json::json!([{"hookName": "createContainer",
-        "path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]}]);
-    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(&with_hooks).unwrap())
+    // The same without folding: each translated run is its own nvinject-hook process, in NVIDIA's
+    // order, and the container gets the same.
+    node.set_one_hook_run(false).unwrap();
+    let run = node.run("nv-sep", &request("nvidia.com/gpu=0")).unwrap();
+    assert_eq!(run.status, 0, "stdout: {} stderr: {}", run.stdout, run.stderr);
+    assert_hooks_did_their_work(&node, "nv-sep", run.report());
+    let lines = create_lines(&node, "nv-sep");
+    assert_eq!(lines[0]["nvidia_hooks"], TRANSLATED);
+    assert_eq!((lines[0]["hooks_merged"].as_u64(), lines[0]["mounts_in_hook"].as_u64()), (Some(0), Some(0)));
+    node.set_one_hook_run(true).unwrap();
+
+    // The links NVIDIA's create-symlinks runs asked for are in the container, made by nvinject-hook.
+    let links = node
+        .run(
+            "nv-links",
+            &RunOptions {
+                command: vec![
+                    "/bin/readlink".into(),
+                    "/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
+                    "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                    "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so".into(),
+                ],
+                ..request("nvidia.com/gpu=0")
+            },
+        )
         .unwrap();
-    let hooked = node.run("nv-hooks", &request("nvidia.com/gpu=0")).unwrap();
-    assert_ne!(hooked.status, 0);
-    assert!(hooked.stderr.contains("nvidia-cdi-hook"), "runc names the missing hook: {}", hooked.stderr);
-    assert!(
-        node.shim_log_for("nv-hooks")
-            .iter()
-            .any(|l| l["message"] == "container create" && l["injected"] == "nvidia.com/gpu=0"),
-        "the shim applied the spec; runc refused the hook"
-    );
+    assert_eq!(links.status, 0, "{} {}", links.stdout, links.stderr);
+    let targets: Vec<&str> = links.stdout.lines().collect();
+    assert_eq!(targets, ["libcuda.so.1", "libcuda.so.550.54.15", "../libnvidia-allocator.so.1"]);
+
+    // A hook NVIDIA's hook has and nvinject-hook does not (nvidia-ctk's older `chmod`), with
+    // NVIDIA's binary installed at its path: left to it, and runc runs it. (A stand-in binary at
+    // a path of the node's own: the host's /usr/bin is not the test's to touch.)
+    let stand_in = node.bin_dir.join("nvidia-cdi-hook");
+    std::fs::write(&stand_in, "#!/bin/sh\necho nvidia-cdi-hook-ran \"$@\" >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&stand_in, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut kept = spec.clone();
+    kept["containerEdits"]["hooks"] = serde_json::json!([{"hookName": "createContainer",
+        "path": stand_in.to_str().unwrap(), "args": ["nvidia-cdi-hook", "chmod", "--mode", "755", "--path", "/dev/dri"]}]);
+    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(&kept).unwrap()).unwrap();
+    let hooked = node.run("nv-kept", &request("nvidia.com/gpu=0")).unwrap();
+    assert_ne!(hooked.status, 0, "the stand-in fails the start, which shows it ran");
+    assert!(hooked.stderr.contains("nvidia-cdi-hook-ran chmod"), "{}", hooked.stderr);
+    assert_eq!(create_lines(&node, "nv-kept")[0]["nvidia_hooks"], "chmod=kept");
+    std::fs::remove_file(&stand_in).unwrap();
 
     // A host path that is a symlink (here to the real node) is refused, naming the spec file,
     // the device node and the fix; nothing starts.
@@ -157,7 +193,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
         assert!(refused.stderr.contains(needle), "`{needle}` missing from ctr's error: {}", refused.stderr);
     }
     std::fs::remove_file(&link).unwrap();
-    node.assert_no_leftovers(&["nv0", "nv-hooks", "nv-link"]);
+    node.assert_no_leftovers(&["nv0", "nv-sep", "nv-links", "nv-kept", "nv-link"]);
 }
 
 fn request(device: &str) -> RunOptions {
@@ -167,4 +203,31 @@ fn request(device: &str) -> RunOptions {
 /// A TOML basic string: JSON's string quoting is a subset of it.
 fn toml_str(s: &str) -> String {
     serde_json::to_string(s).unwrap()
+}
+
+fn create_lines(node: &GpuNode, id: &str) -> Vec<Value> {
+    let lines: Vec<Value> =
+        node.shim_log_for(id).into_iter().filter(|l| l["message"] == "container create").collect();
+    assert_eq!(lines.len(), 1, "{id}: {lines:?}");
+    lines
+}
+
+/// The loader cache NVIDIA's update-ldcache run asked for: the driver's libraries under their
+/// SONAMEs, in the mounted folder, loadable (NVML initialises and lists the GPU); and the compat
+/// run left nothing (the probe image has no compat libraries).
+fn assert_hooks_did_their_work(node: &GpuNode, id: &str, report: &Value) {
+    let ldconfig: Vec<&str> =
+        report["ldconfig"]["lines"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for soname in ["libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"] {
+        let want = format!("=> /usr/lib/x86_64-linux-gnu/{soname}");
+        assert!(
+            ldconfig.iter().any(|l| l.trim_start().starts_with(&format!("{soname} ")) && l.ends_with(&want)),
+            "{id}: {soname} not in the cache: {ldconfig:?}"
+        );
+    }
+    let conf_d: Vec<&str> =
+        report["ld_so_conf_d"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(!conf_d.iter().any(|f| f.starts_with("00-compat")), "{id}: {conf_d:?}");
+    assert_eq!(report["nvml"]["dlopen"], "ok", "{id}: {}", report["nvml"]);
+    assert_eq!(report["nvml"]["uuids"], serde_json::json!([node.gpu_uuid(0)]), "{id}: {}", report["nvml"]);
 }

@@ -163,6 +163,12 @@ fn compare(a: &Entry, b: &Entry) -> i32 {
 /// entry after every entry that does not compare greater; a stable merge sort gives the same order
 /// and, unlike `slice::sort_by`, never panics should `libcmp` wrap around and stop being a total
 /// order on hostile names.
+///
+/// Among entries of one SONAME the loader takes the first usable one: `search_cache` in
+/// elf/dl-cache.c binary-searches for a matching key, walks back to the first entry with that key
+/// and then forward, returning the first whose flags (and hwcap, for glibc-hwcaps entries) suit
+/// the process. So for two plain entries of the same name and flags, the one found first in the
+/// scan order (an earlier directory) is the one loaded.
 pub fn sort_entries(entries: &mut Vec<Entry>) {
     fn merge_sort(v: Vec<Entry>) -> Vec<Entry> {
         if v.len() <= 1 {

@@ -124,7 +124,13 @@ pub const MAX_CACHE_BYTES: u64 = 16 << 20;
 /// What to add to the image's own configuration.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Injected folders, absolute inside the root; scanned first, as ldconfig's command-line
+    /// Folders scanned before everything else, absolute inside the root: the image's CUDA
+    /// forward-compatibility directory when its libraries are to take precedence over the
+    /// injected driver. Their entries come first among entries of the same SONAME, and the loader
+    /// takes the first such entry it finds (see [`format::sort_entries`]). Each is scanned whole,
+    /// by [`plan_incremental`] too.
+    pub first_dirs: Vec<PathBuf>,
+    /// Injected folders, absolute inside the root; scanned next, as ldconfig's command-line
     /// folders are.
     pub extra_dirs: Vec<PathBuf>,
 }
@@ -284,6 +290,9 @@ pub fn plan_incremental(
     if stems.is_empty() {
         return full("no injected library");
     }
+    // The folders put first are the image's own (its cache may not list them at all): each is
+    // scanned whole, whatever was injected.
+    let first: BTreeSet<&str> = options.first_dirs.iter().filter_map(|d| d.to_str()).collect();
     let image_cache = match root.read_optional(Path::new(CACHE_PATH), MAX_CACHE_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return full("the image has no ld.so.cache"),
@@ -338,15 +347,20 @@ pub fn plan_incremental(
     let mut entries = Vec::new();
     let mut links = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
-        let Some(dir_stems) = stems.get(&dir.path) else {
-            entries.extend(kept[i].drain(..).map(|e| (e, None)));
-            continue;
+        let whole = first.contains(dir.path.as_str());
+        let dir_stems = match stems.get(&dir.path) {
+            Some(s) => Some(s),
+            None if whole => None,
+            None => {
+                entries.extend(kept[i].drain(..).map(|e| (e, None)));
+                continue;
+            }
         };
         let mut scanned = Vec::new();
         search_dir(
             root,
             dir,
-            &|name| dir_stems.iter().any(|s| name.starts_with(s.as_str())),
+            &|name| whole || dir_stems.is_some_and(|st| st.iter().any(|s| name.starts_with(s.as_str()))),
             &mut scanned,
             &mut links,
         )?;
@@ -361,7 +375,7 @@ pub fn plan_incremental(
 /// names seen on the way).
 fn library_dirs(root: &Root, options: &Options) -> Result<(Vec<Dir>, BTreeSet<String>), LdCacheError> {
     let mut lines = Vec::new();
-    for d in &options.extra_dirs {
+    for d in options.first_dirs.iter().chain(&options.extra_dirs) {
         let s = d.to_str().ok_or_else(|| LdCacheError::Conf {
             file: "<extra folders>".into(),
             line: 0,
@@ -654,7 +668,10 @@ mod tests {
     }
 
     fn plan_at(root: &Path, extra: &[&str]) -> Result<Update, LdCacheError> {
-        plan(&Root::open(root).unwrap(), &Options { extra_dirs: extra.iter().map(PathBuf::from).collect() })
+        plan(
+            &Root::open(root).unwrap(),
+            &Options { extra_dirs: extra.iter().map(PathBuf::from).collect(), ..Default::default() },
+        )
     }
 
     fn keys(u: &Update) -> Vec<String> {
@@ -887,7 +904,7 @@ mod tests {
         extra: &[&str],
         injected: &[PathBuf],
     ) -> Result<Update, LdCacheError> {
-        let options = Options { extra_dirs: extra.iter().map(PathBuf::from).collect() };
+        let options = Options { extra_dirs: extra.iter().map(PathBuf::from).collect(), ..Default::default() };
         plan_incremental(&Root::open(root).unwrap(), &options, injected)
     }
 
@@ -978,5 +995,85 @@ mod tests {
         huge.resize(MAX_CACHE_BYTES as usize + 1, 0);
         put(root, CACHE_PATH, &huge);
         assert_eq!(plan_incremental_at(root, &folders, &injected).unwrap(), full, "too large");
+    }
+
+    /// An image shipping CUDA forward-compatibility libraries, the driver injected beside its own.
+    fn image_with_compat() -> (tempfile::TempDir, Vec<PathBuf>) {
+        let dir = image_with_cache();
+        let root = dir.path();
+        let injected = inject_driver(root);
+        put(root, "/usr/local/cuda-12.6/compat/libcuda.so.560.35.03", &so("libcuda.so.1"));
+        put(
+            root,
+            "/usr/local/cuda-12.6/compat/libnvidia-ptxjitcompiler.so.560.35.03",
+            &so("libnvidia-ptxjitcompiler.so.1"),
+        );
+        (dir, injected)
+    }
+
+    fn entries_for(u: &Update, key: &str) -> Vec<String> {
+        parse(&u.cache).unwrap().into_iter().filter(|e| e.key == key).map(|e| e.path).collect()
+    }
+
+    #[test]
+    fn first_dirs_lead_among_entries_of_the_same_name_full_and_incremental() {
+        let (dir, injected) = image_with_compat();
+        let root = dir.path();
+        let compat = "/usr/local/cuda-12.6/compat";
+        let options = Options {
+            first_dirs: vec![compat.into()],
+            extra_dirs: vec!["/usr/lib/x86_64-linux-gnu".into(), "/usr/lib/nvidia".into()],
+        };
+        let r = Root::open(root).unwrap();
+        let full = plan(&r, &options).unwrap();
+        // Both libcuda.so.1 are listed; the compat one first, which is the one the loader takes.
+        assert_eq!(
+            entries_for(&full, "libcuda.so.1"),
+            [format!("{compat}/libcuda.so.1"), "/usr/lib/x86_64-linux-gnu/libcuda.so.1".to_owned()]
+        );
+        assert_eq!(
+            entries_for(&full, "libnvidia-ptxjitcompiler.so.1"),
+            [
+                format!("{compat}/libnvidia-ptxjitcompiler.so.1"),
+                "/usr/lib/nvidia/libnvidia-ptxjitcompiler.so.1".to_owned()
+            ]
+        );
+        assert!(full.links.contains(&Link {
+            path: format!("{compat}/libcuda.so.1").into(),
+            target: "libcuda.so.560.35.03".into()
+        }));
+        // The image's cache does not list the compat folder: the incremental plan scans it whole
+        // and gives the same bytes.
+        let incremental = plan_incremental(&r, &options, &injected).unwrap();
+        assert_eq!(incremental, full);
+        // Without it (the host driver is as new): the injected driver's entry only.
+        let plain = Options { first_dirs: Vec::new(), ..options.clone() };
+        let without = plan_incremental(&r, &plain, &injected).unwrap();
+        assert_eq!(entries_for(&without, "libcuda.so.1"), ["/usr/lib/x86_64-linux-gnu/libcuda.so.1"]);
+        assert_eq!(without, plan(&r, &plain).unwrap());
+    }
+
+    #[test]
+    fn a_first_dir_also_listed_later_counts_once_in_first_place() {
+        let (dir, injected) = image_with_compat();
+        let root = dir.path();
+        // The image's ld.so.conf names it too (under another name, through a symlink): scanned
+        // once, first.
+        symlink("cuda-12.6", root.join("usr/local/cuda")).unwrap();
+        put(root, "/etc/ld.so.conf", b"/opt/img\n/usr/local/cuda/compat\n");
+        let options = Options {
+            first_dirs: vec!["/usr/local/cuda-12.6/compat".into()],
+            extra_dirs: vec!["/usr/lib/x86_64-linux-gnu".into(), "/usr/lib/nvidia".into()],
+        };
+        let r = Root::open(root).unwrap();
+        let full = plan(&r, &options).unwrap();
+        assert_eq!(
+            entries_for(&full, "libcuda.so.1"),
+            ["/usr/local/cuda-12.6/compat/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+        );
+        assert_eq!(plan_incremental(&r, &options, &injected).unwrap(), full);
+        // A first dir given relative is refused, as extra folders are.
+        let bad = Options { first_dirs: vec!["usr/local/cuda/compat".into()], ..Default::default() };
+        assert!(matches!(plan(&r, &bad), Err(LdCacheError::Conf { .. })));
     }
 }

@@ -526,7 +526,7 @@ fn incremental_matches_full(suite: &str, folder: &str) {
         fs::rename(lib_dir.join(n), away.join(n)).unwrap();
     }
 
-    let options = Options { extra_dirs: vec![PathBuf::from(folder)] };
+    let options = Options { extra_dirs: vec![PathBuf::from(folder)], ..Default::default() };
     let tree = Root::open(&root).unwrap();
     let incremental = plan_incremental(&tree, &options, &injected).unwrap();
     let without_libz = plan(&tree, &options).unwrap();

@@ -59,7 +59,7 @@ fn symlinks(root: &Path) -> BTreeSet<(PathBuf, PathBuf)> {
 
 /// Plans `root`, runs the real ldconfig on it, and compares.
 fn compare_with_ldconfig(root: &Path, extra: &[&str]) -> Update {
-    let options = Options { extra_dirs: extra.iter().map(PathBuf::from).collect() };
+    let options = Options { extra_dirs: extra.iter().map(PathBuf::from).collect(), ..Default::default() };
     let ours = plan(&Root::open(root).unwrap(), &options).expect("plan");
     let before = symlinks(root);
     let out = Command::new("ldconfig").arg("-r").arg(root).args(extra).output().expect("ldconfig runs");

@@ -175,6 +175,8 @@ pub struct Outcome {
     pub mounts_in_hook: usize,
     /// The spec's `nvinject-hook` runs merged into that one run.
     pub hooks_merged: usize,
+    /// What was done with each hook run of NVIDIA's hook in the edits (`sub=translated|kept|dropped`).
+    pub nvidia_hooks: Vec<String>,
     /// Whether config.json was rewritten.
     pub wrote: bool,
     /// Microseconds reading and parsing config.json.
@@ -265,6 +267,15 @@ impl Injector {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
         }
+        let hook_path =
+            crate::mount_hook::hook_path_for_nvidia(&edits.hooks, self.regen_config.hook_path.as_deref());
+        outcome.nvidia_hooks =
+            crate::mount_hook::translate_nvidia_hooks(&mut edits.hooks, &hook_path, &|p| {
+                Path::new(p).exists()
+            })
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         if let Some(requested) = requested_caps {
             // Only removes: what stays is always the spec's own.
             let filtered = capabilities::filter_edits(&mut edits, requested.capabilities);
@@ -513,6 +524,7 @@ impl CreateGate for Injector {
                 regenerated = ?o.regenerated,
                 mounts_in_hook = o.mounts_in_hook,
                 hooks_merged = o.hooks_merged,
+                nvidia_hooks = %o.nvidia_hooks.join(","),
                 wrote = o.wrote,
                 read_us = o.read_us,
                 inject_us = o.inject_us,

@@ -20,6 +20,12 @@
 //! id-mapping logic). Mounts the hook cannot express (other types, options such as `idmap`) stay
 //! with runc too.
 //! `[runtime] one-hook-run = false` turns all of it off.
+//!
+//! Specs NVIDIA's tools wrote run their hooks with `nvidia-cdi-hook` (or `nvidia-ctk hook`), which
+//! a node that moved to nvinject no longer has. [`translate_nvidia_hooks`] hands the subcommands
+//! nvinject-hook implements to nvinject-hook instead, with only the flags it knows for each (so a
+//! spec gets from it exactly what our own specs get), before the folding above; see its
+//! documentation for the rest.
 
 use serde_json::{Value, json};
 
@@ -27,7 +33,123 @@ use nvinject_cdi::{HOOK_ENV, Mount};
 use nvinject_hook::{BIND_MOUNTS, Bind, INJECT};
 
 /// The hook subcommands of specs written by nvinject-cdi, by which their hook path is recognised.
-const NVINJECT_SUBCOMMANDS: [&str; 2] = ["create-symlinks", "update-ldcache"];
+const NVINJECT_SUBCOMMANDS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-ldcache"];
+
+/// The subcommands of NVIDIA's hook that nvinject-hook implements, each with the flags (each
+/// taking one value) it accepts from a spec. Anything else in such a run (NVIDIA's hidden
+/// `--container-spec`, a flag of a newer toolkit) means the run is not translated.
+const NVIDIA_TRANSLATED: [(&str, &[&str]); 3] = [
+    ("create-symlinks", &["link"]),
+    ("update-ldcache", &["folder", "ldconfig-path"]),
+    ("enable-cuda-compat", &["host-driver-version", "host-cuda-version", "cuda-compat-container-root"]),
+];
+
+/// What [`translate_nvidia_hooks`] did with one NVIDIA hook run, by subcommand
+/// (`create-symlinks=translated`, `update-application-profile=dropped`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaHookAction {
+    /// The NVIDIA subcommand (or the whole argv when it has none).
+    pub subcommand: String,
+    /// `translated`, `kept` (NVIDIA's binary is there and runs it) or `dropped`.
+    pub action: &'static str,
+}
+
+impl std::fmt::Display for NvidiaHookAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.subcommand, self.action)
+    }
+}
+
+/// The NVIDIA subcommand and its arguments, when `hook` runs NVIDIA's hook: `nvidia-cdi-hook SUB
+/// ...` or `nvidia-ctk hook SUB ...` (by the executable's file name, as nvidia-ctk writes them
+/// under any install prefix).
+fn nvidia_subcommand(hook: &nvinject_cdi::Hook) -> Option<&[String]> {
+    let name = hook.path.rsplit('/').next()?;
+    match name {
+        "nvidia-cdi-hook" => hook.args.get(1..),
+        "nvidia-ctk" if hook.args.get(1).map(String::as_str) == Some("hook") => hook.args.get(2..),
+        _ => None,
+    }
+}
+
+/// nvinject-hook's argv for NVIDIA's `sub_and_args` (`[SUB, flags...]`), or why not: each flag
+/// must be one the subcommand takes, given as `--name=value` or `--name value`, and is passed on
+/// as `--name=value` (one argument, so no value can read as another flag).
+fn translated_args(argv0: &str, sub_and_args: &[String]) -> Result<Vec<String>, String> {
+    let Some((sub, rest)) = sub_and_args.split_first() else {
+        return Err("no subcommand".into());
+    };
+    let Some((_, flags)) = NVIDIA_TRANSLATED.iter().find(|(s, _)| s == sub) else {
+        return Err(format!("nvinject-hook does not implement {sub}"));
+    };
+    let mut args = vec![argv0.to_owned(), sub.clone()];
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        let Some(flag) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument {arg:?}"));
+        };
+        let (name, value) = match flag.split_once('=') {
+            Some((name, value)) => (name, value.to_owned()),
+            None => (flag, rest.next().ok_or_else(|| format!("--{flag} has no value"))?.clone()),
+        };
+        if !flags.contains(&name) {
+            return Err(format!("flag --{name} is not one nvinject-hook {sub} takes"));
+        }
+        args.push(format!("--{name}={value}"));
+    }
+    Ok(args)
+}
+
+/// Runs the hooks NVIDIA's tools wrote with nvinject-hook (`hook_path`) where it implements
+/// them: `create-symlinks`, `update-ldcache` and `enable-cuda-compat` createContainer runs become
+/// the same nvinject-hook runs (same order and timeout; nvinject-hook's minimal environment),
+/// and are then folded like our own specs' runs.
+///
+/// Any other NVIDIA run (`update-application-profile`, `disable-device-node-modification`,
+/// `chmod`, a flag nvinject-hook does not take) is left as written when NVIDIA's binary is still
+/// at that path (`exists`), so a node that keeps the toolkit installed keeps what it did, and is
+/// otherwise dropped, as NVIDIA's own hook treats a hook it does not know (a warning, and the
+/// container starts). Each is logged with an `nvidia_hook` field, and all are returned.
+pub fn translate_nvidia_hooks(
+    hooks: &mut Vec<nvinject_cdi::Hook>,
+    hook_path: &str,
+    exists: &dyn Fn(&str) -> bool,
+) -> Vec<NvidiaHookAction> {
+    let argv0 = hook_path.rsplit('/').next().unwrap_or(hook_path);
+    let mut actions = Vec::new();
+    hooks.retain_mut(|hook| {
+        let Some(sub_and_args) = nvidia_subcommand(hook) else { return true };
+        let subcommand = sub_and_args.first().cloned().unwrap_or_else(|| hook.args.join(" "));
+        // nvinject-hook works on the container root before pivot_root, where NVIDIA's hooks run:
+        // createContainer. At another point it is not what our own specs do, so not translated.
+        let translated = if hook.hook_name == "createContainer" {
+            translated_args(argv0, sub_and_args)
+        } else {
+            Err(format!("a {} hook, not createContainer", hook.hook_name))
+        };
+        match translated {
+            Ok(args) => {
+                tracing::debug!(nvidia_hook = %subcommand, path = %hook.path, "run by nvinject-hook");
+                hook.path = hook_path.to_owned();
+                hook.args = args;
+                hook.env = nvinject_cdi::minimal_hook_env();
+                actions.push(NvidiaHookAction { subcommand, action: "translated" });
+                true
+            }
+            Err(why) if exists(&hook.path) => {
+                tracing::info!(nvidia_hook = %subcommand, path = %hook.path, why, "NVIDIA's hook kept: its binary is installed");
+                actions.push(NvidiaHookAction { subcommand, action: "kept" });
+                true
+            }
+            Err(why) => {
+                tracing::warn!(nvidia_hook = %subcommand, path = %hook.path, why, "NVIDIA's hook dropped: its binary is not installed and nvinject-hook does not do it");
+                actions.push(NvidiaHookAction { subcommand, action: "dropped" });
+                false
+            }
+        }
+    });
+    actions
+}
 
 /// The path of the `nvinject-hook` the edits' own hooks run, if any: the moved mounts are given
 /// to the same binary (a spec without nvinject hooks keeps its mounts with runc).
@@ -40,6 +162,15 @@ pub fn nvinject_hook_path(hooks: &[nvinject_cdi::Hook]) -> Option<&str> {
                 && h.args.get(1).is_some_and(|a| NVINJECT_SUBCOMMANDS.contains(&a.as_str()))
         })
         .map(|h| h.path.as_str())
+}
+
+/// The nvinject-hook that runs NVIDIA's hooks: the one the edits' own hooks run, else
+/// `[regenerate] hook-path`, else the installer's default.
+pub fn hook_path_for_nvidia(hooks: &[nvinject_cdi::Hook], configured: Option<&std::path::Path>) -> String {
+    nvinject_hook_path(hooks)
+        .map(str::to_owned)
+        .or_else(|| configured.map(|p| p.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| crate::regenerate::DEFAULT_HOOK_PATH.to_owned())
 }
 
 /// What [`fold_into_one_run`] did.
@@ -104,19 +235,26 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
 }
 
 /// How many createContainer hooks at the front are the spec's `nvinject-hook` runs at
-/// `hook_path` that `inject` can stand in for: `create-symlinks` runs, then `update-ldcache` runs
-/// (the order `inject` does them in), with no timeout of their own.
+/// `hook_path` that `inject` can stand in for: `create-symlinks` runs, at most one
+/// `enable-cuda-compat` run, then `update-ldcache` runs (the order `inject` does them in), with no
+/// timeout of their own.
 fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> usize {
-    let mut seen_ldcache = false;
+    // 0: create-symlinks runs, 1: after the enable-cuda-compat run (at most one: its flags can be
+    // given once), 2: update-ldcache runs.
+    let mut phase = 0;
     create
         .iter()
         .take_while(|h| {
             let sub = h.get("args").and_then(|a| a.get(1)).and_then(Value::as_str);
             let ours = h.get("path").and_then(Value::as_str) == Some(hook_path) && h.get("timeout").is_none();
             let in_order = match sub {
-                Some("create-symlinks") => !seen_ldcache,
+                Some("create-symlinks") => phase == 0,
+                Some("enable-cuda-compat") if phase == 0 => {
+                    phase = 1;
+                    true
+                }
                 Some("update-ldcache") => {
-                    seen_ldcache = true;
+                    phase = 2;
                     true
                 }
                 _ => false,
@@ -397,5 +535,183 @@ mod tests {
                 && !is_strictly_below("/ab", "/a")
                 && !is_strictly_below("/a", "/a")
         );
+    }
+
+    fn nv_hook(path: &str, args: &[&str]) -> nvinject_cdi::Hook {
+        nvinject_cdi::Hook {
+            hook_name: "createContainer".into(),
+            path: path.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: vec!["NVIDIA_CTK_DEBUG=false".into()],
+            ..Default::default()
+        }
+    }
+
+    /// The hooks of NVIDIA's recorded h100x8 spec (nvidia-ctk 1.20), in its order.
+    fn nvidia_ctk_hooks() -> Vec<nvinject_cdi::Hook> {
+        let cdi = "/usr/bin/nvidia-cdi-hook";
+        vec![
+            nv_hook(
+                cdi,
+                &[
+                    "nvidia-cdi-hook",
+                    "create-symlinks",
+                    "--link",
+                    "../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so",
+                ],
+            ),
+            nv_hook(
+                cdi,
+                &[
+                    "nvidia-cdi-hook",
+                    "create-symlinks",
+                    "--link",
+                    "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+                ],
+            ),
+            nv_hook(cdi, &["nvidia-cdi-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"]),
+            nv_hook(cdi, &["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]),
+            nv_hook(cdi, &["nvidia-cdi-hook", "disable-device-node-modification"]),
+            nv_hook(cdi, &["nvidia-cdi-hook", "update-application-profile"]),
+        ]
+    }
+
+    #[test]
+    fn nvidias_hooks_run_with_ours_where_we_implement_them() {
+        let mut hooks = nvidia_ctk_hooks();
+        let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+        let shown: Vec<String> = actions.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "create-symlinks=translated",
+                "create-symlinks=translated",
+                "enable-cuda-compat=translated",
+                "update-ldcache=translated",
+                "disable-device-node-modification=dropped",
+                "update-application-profile=dropped"
+            ]
+        );
+        assert_eq!(hooks.len(), 4);
+        assert!(hooks.iter().all(|h| h.path == HOOK && h.env == nvinject_cdi::minimal_hook_env()));
+        assert_eq!(hooks[2].args, ["nvinject-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"]);
+        assert_eq!(hooks[3].args, ["nvinject-hook", "update-ldcache", "--folder=/usr/lib/x86_64-linux-gnu"]);
+        // Then they fold into one inject run like our own spec's.
+        let mut oci = json!({ "hooks": { "createContainer": serde_json::to_value(&hooks).unwrap() } });
+        for h in oci["hooks"]["createContainer"].as_array_mut().unwrap() {
+            let h = h.as_object_mut().unwrap();
+            h.remove("hookName");
+        }
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 4));
+        assert_eq!(
+            oci["hooks"]["createContainer"][0]["args"],
+            args(&[
+                "nvinject-hook",
+                "inject",
+                "--link=../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so",
+                "--link=libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+                "--host-driver-version=550.54.15",
+                "--folder=/usr/lib/x86_64-linux-gnu"
+            ])
+        );
+        // With NVIDIA's binary still installed, what we do not implement is left to it.
+        let mut hooks = nvidia_ctk_hooks();
+        let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|p| p == "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(actions.iter().filter(|a| a.action == "kept").count(), 2);
+        assert_eq!(hooks.len(), 6);
+        assert_eq!(hooks[5].path, "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(hooks[5].env, ["NVIDIA_CTK_DEBUG=false"]);
+    }
+
+    #[test]
+    fn a_translated_spec_gets_nothing_our_own_specs_do_not() {
+        let ctk = "/usr/local/bin/nvidia-ctk";
+        let cases: [(&[&str], Option<&[&str]>); 10] = [
+            // nvidia-ctk's older spelling, both flag forms.
+            (
+                &["nvidia-ctk", "hook", "create-symlinks", "--link=a::/b", "--link", "c::/d"],
+                Some(&["nvinject-hook", "create-symlinks", "--link=a::/b", "--link=c::/d"]),
+            ),
+            (
+                &["nvidia-ctk", "hook", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig"],
+                Some(&["nvinject-hook", "update-ldcache", "--ldconfig-path=/sbin/ldconfig"]),
+            ),
+            // A value that looks like a flag stays a value.
+            (
+                &["nvidia-ctk", "hook", "create-symlinks", "--link", "--mount=/etc::/x::rbind"],
+                Some(&["nvinject-hook", "create-symlinks", "--link=--mount=/etc::/x::rbind"]),
+            ),
+            // Our hook's own flags and subcommands are not NVIDIA's: never passed on.
+            (&["nvidia-ctk", "hook", "create-symlinks", "--mount", "/etc::/x::rbind"], None),
+            (&["nvidia-ctk", "hook", "bind-mounts"], None),
+            (&["nvidia-ctk", "hook", "inject", "--link", "a::/b"], None),
+            (&["nvidia-ctk", "hook", "--mount", "/etc::/x::rbind", "bind-mounts"], None),
+            (&["nvidia-ctk", "hook", "update-ldcache", "--container-spec", "/tmp/x.json"], None),
+            (&["nvidia-ctk", "hook", "update-ldcache", "stray"], None),
+            (&["nvidia-ctk", "hook", "create-symlinks", "--link"], None),
+        ];
+        for (argv, want) in cases {
+            let mut hooks = vec![nv_hook(ctk, argv)];
+            let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+            match want {
+                Some(want) => {
+                    assert_eq!(hooks[0].args, want, "{argv:?}");
+                    assert_eq!(actions[0].action, "translated");
+                }
+                None => {
+                    assert!(hooks.is_empty(), "{argv:?} must not reach nvinject-hook: {hooks:?}");
+                    assert_eq!(actions[0].action, "dropped");
+                }
+            }
+        }
+        // Not NVIDIA's hook: untouched, not reported.
+        let other = nv_hook("/usr/bin/other-hook", &["other-hook", "create-symlinks"]);
+        let ctk_other = nv_hook(ctk, &["nvidia-ctk", "cdi", "list"]);
+        let mut hooks = vec![other.clone(), ctk_other.clone()];
+        assert!(translate_nvidia_hooks(&mut hooks, HOOK, &|_| false).is_empty());
+        assert_eq!(hooks, [other, ctk_other]);
+        // A timeout is kept; a hook point other than createContainer is not translated.
+        let mut timed = nv_hook("/usr/bin/nvidia-cdi-hook", &["nvidia-cdi-hook", "update-ldcache"]);
+        timed.timeout = Some(7);
+        let mut hooks = vec![timed.clone()];
+        translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+        assert_eq!((hooks[0].timeout, hooks[0].path.as_str()), (Some(7), HOOK));
+        timed.hook_name = "createRuntime".into();
+        let mut hooks = vec![timed];
+        let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|_| false);
+        assert!(hooks.is_empty() && actions[0].action == "dropped", "{hooks:?}");
+    }
+
+    #[test]
+    fn one_compat_run_folds_between_the_links_and_the_cache() {
+        let compat = json!({ "path": HOOK, "args": ["nvinject-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"], "env": HOOK_ENV });
+        let mut create = spec_hooks();
+        create.as_array_mut().unwrap().insert(1, compat.clone());
+        let mut oci = json!({ "hooks": { "createContainer": create } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 3));
+        assert_eq!(
+            oci["hooks"]["createContainer"][0]["args"],
+            args(&[
+                "nvinject-hook",
+                "inject",
+                "--link",
+                "libcuda.so.1::/usr/lib/libcuda.so",
+                "--host-driver-version=550.54.15",
+                "--folder",
+                "/usr/lib/x86_64-linux-gnu"
+            ])
+        );
+        // Two compat runs, or one after the cache run: only what comes before is merged.
+        let mut create = spec_hooks();
+        create.as_array_mut().unwrap().insert(1, compat.clone());
+        create.as_array_mut().unwrap().insert(1, compat.clone());
+        let mut oci = json!({ "hooks": { "createContainer": create } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(oci["hooks"]["createContainer"][1], compat);
+        let mut create = spec_hooks();
+        create.as_array_mut().unwrap().push(compat.clone());
+        let mut oci = json!({ "hooks": { "createContainer": create } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(oci["hooks"]["createContainer"][1], compat);
     }
 }

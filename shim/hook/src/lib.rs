@@ -28,6 +28,8 @@ use serde::Deserialize;
 use nvinject_fsio::mount::{BindError, BindOptions, MountApi};
 use nvinject_fsio::root::{LinkOutcome, Root, RootError};
 
+pub mod compat;
+
 /// The ld.so.conf.d drop-in the hook writes so later `ldconfig` runs in the container keep the
 /// injected folders.
 pub const LDCONF_DROPIN: &str = "/etc/ld.so.conf.d/00-nvinject.conf";
@@ -71,6 +73,9 @@ pub enum HookError {
     /// A `--folder` argument is not absolute.
     #[error("--folder {0:?}: folders must be absolute paths inside the container")]
     BadFolder(String),
+    /// `--cuda-compat-container-root` is not absolute.
+    #[error("--cuda-compat-container-root {0:?}: give the folder as an absolute path inside the container")]
+    BadCompatRoot(String),
     /// The container's library cache could not be planned (an unusable `ld.so.conf`, a limit).
     #[error("building the container's ld.so.cache: {0}")]
     Ldcache(#[from] nvinject_ldcache::LdCacheError),
@@ -240,8 +245,14 @@ pub fn bind_mounts(root: &Root, binds: &[Bind], api: MountApi) -> Result<(), Hoo
 /// the root and written atomically inside it, by [`nvinject_ldcache::plan_incremental`] from the
 /// image's own cache and the `injected` files (the mountpoints and links this run made), or by a
 /// full scan ([`nvinject_ldcache::plan`]) when nothing injected is known or the image's cache
-/// cannot be built on.
-pub fn update_ldcache(root: &Root, folders: &[PathBuf], injected: &[PathBuf]) -> Result<(), HookError> {
+/// cannot be built on. `first` (the CUDA compat folder, when [`compat::enable`] chose it) is
+/// scanned before everything, so its libraries are the ones the loader finds.
+pub fn update_ldcache(
+    root: &Root,
+    folders: &[PathBuf],
+    injected: &[PathBuf],
+    first: &[PathBuf],
+) -> Result<(), HookError> {
     if let Some(bad) = folders.iter().find(|f| !f.is_absolute()) {
         return Err(HookError::BadFolder(bad.display().to_string()));
     }
@@ -252,7 +263,7 @@ pub fn update_ldcache(root: &Root, folders: &[PathBuf], injected: &[PathBuf]) ->
         }
         root.write_file(Path::new(LDCONF_DROPIN), text.as_bytes(), 0o644)?;
     }
-    let options = nvinject_ldcache::Options { extra_dirs: folders.to_vec() };
+    let options = nvinject_ldcache::Options { first_dirs: first.to_vec(), extra_dirs: folders.to_vec() };
     let update = nvinject_ldcache::plan_incremental(root, &options, injected)?;
     for link in &update.links {
         // ldconfig replaces a stale or dangling symlink, never a file the image put there.
@@ -351,7 +362,7 @@ mod tests {
         assert!(libc_path.exists(), "this test needs a Debian x86_64 host (as CI is)");
         std::fs::copy(libc_path, lib_dir.join("libc-2.36.so")).unwrap();
         let root = Root::open(&root_path).unwrap();
-        update_ldcache(&root, &[PathBuf::from("/usr/lib/x86_64-linux-gnu")], &[]).unwrap();
+        update_ldcache(&root, &[PathBuf::from("/usr/lib/x86_64-linux-gnu")], &[], &[]).unwrap();
         let cache = std::fs::read(root_path.join("etc/ld.so.cache")).unwrap();
         let entries = nvinject_ldcache::parse(&cache).unwrap();
         assert!(
@@ -361,7 +372,7 @@ mod tests {
         assert_eq!(std::fs::read_link(lib_dir.join("libc.so.6")).unwrap(), Path::new("libc-2.36.so"));
         let dropin = std::fs::read_to_string(root_path.join("etc/ld.so.conf.d/00-nvinject.conf")).unwrap();
         assert!(dropin.contains("/usr/lib/x86_64-linux-gnu"));
-        let err = update_ldcache(&root, &[PathBuf::from("rel")], &[]).unwrap_err();
+        let err = update_ldcache(&root, &[PathBuf::from("rel")], &[], &[]).unwrap_err();
         assert!(matches!(err, HookError::BadFolder(_)));
     }
 }

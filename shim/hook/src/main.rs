@@ -3,8 +3,9 @@
 //! ```text
 //! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
+//! nvinject-hook enable-cuda-compat --host-driver-version=<version>
 //! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
-//! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--folder <dir> ...]
+//! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--host-driver-version=<v>] [--folder <dir> ...]
 //! ```
 //! `--mount`s (which the shim adds; specs never carry them) are made first, before the subcommand's
 //! own work, so one run can do both.
@@ -60,6 +61,17 @@ enum Cmd {
         /// Accepted and ignored, as by update-ldcache.
         #[arg(long, hide = true)]
         ldconfig_path: Option<PathBuf>,
+        /// As enable-cuda-compat's (decided before the cache is built, which then lists the
+        /// compat folder first).
+        #[command(flatten)]
+        compat: CompatFlags,
+    },
+    /// Let the image's CUDA forward-compatibility libraries (`/usr/local/cuda/compat`) come first
+    /// in the loader's order when they are newer than the host driver (NVIDIA's semantics); a
+    /// later update-ldcache run builds the cache that way.
+    EnableCudaCompat {
+        #[command(flatten)]
+        compat: CompatFlags,
     },
     /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
     UpdateLdcache {
@@ -71,6 +83,33 @@ enum Cmd {
         #[arg(long, hide = true)]
         ldconfig_path: Option<PathBuf>,
     },
+}
+
+/// enable-cuda-compat's flags, spelled as NVIDIA's hook spells them.
+#[derive(clap::Args, Debug, Default)]
+struct CompatFlags {
+    /// The host driver's version (`550.54.15`).
+    #[arg(long)]
+    host_driver_version: Option<String>,
+    /// The CUDA version the host driver supports (used with the compat library's ELF note).
+    #[arg(long)]
+    host_cuda_version: Option<String>,
+    /// The compat folder in the container (default /usr/local/cuda/compat).
+    #[arg(long)]
+    cuda_compat_container_root: Option<PathBuf>,
+}
+
+impl CompatFlags {
+    /// The arguments, when any version was given (otherwise there is nothing to decide).
+    fn given(self) -> Option<hook::compat::CompatArgs> {
+        (self.host_driver_version.is_some() || self.host_cuda_version.is_some()).then_some(
+            hook::compat::CompatArgs {
+                host_driver_version: self.host_driver_version,
+                host_cuda_version: self.host_cuda_version,
+                container_root: self.cuda_compat_container_root,
+            },
+        )
+    }
 }
 
 /// How to get the only build of this binary that may run; shown when another one is started.
@@ -126,30 +165,49 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let root_path = hook::container_root(&state.bundle)?;
     hook::check_before_pivot(&root_path)?;
     let root = Root::open(&root_path)?;
-    let (links, folders) = match cli.command {
-        Cmd::BindMounts => (Vec::new(), None),
-        Cmd::CreateSymlinks { links } => (links, None),
+    // What each step gets. The compat decision: in this run (the flags) or, for a spec's own
+    // update-ldcache run after a separate enable-cuda-compat run, from the drop-in that run left.
+    enum Compat {
+        None,
+        Decide(hook::compat::CompatArgs),
+        FromDropin,
+    }
+    let (links, folders, compat) = match cli.command {
+        Cmd::BindMounts => (Vec::new(), None, Compat::None),
+        Cmd::CreateSymlinks { links } => (links, None, Compat::None),
+        Cmd::EnableCudaCompat { compat } => {
+            (Vec::new(), None, compat.given().map_or(Compat::None, Compat::Decide))
+        }
         Cmd::UpdateLdcache { folders, ldconfig_path } => {
             if let Some(ignored) = ldconfig_path {
                 tracing::debug!(ldconfig = %ignored.display(), "--ldconfig-path ignored: no program is run");
             }
-            (Vec::new(), Some(folders))
+            (Vec::new(), Some(folders), Compat::FromDropin)
         }
-        Cmd::Inject { links, folders, ldconfig_path: _ } => (links, (!folders.is_empty()).then_some(folders)),
+        Cmd::Inject { links, folders, ldconfig_path: _, compat } => (
+            links,
+            (!folders.is_empty()).then_some(folders),
+            compat.given().map_or(Compat::None, Compat::Decide),
+        ),
     };
     // Parsed before anything is done, so a bad argument changes nothing.
     let binds = cli.mounts.iter().map(|m| hook::Bind::parse(m)).collect::<Result<Vec<_>, _>>()?;
     let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
     let api = if cli.classic_mount_api { MountApi::Classic } else { MountApi::Auto };
-    // Every subcommand is these three steps, each with what it was given: the mounts, the links,
-    // then the cache. The cache is built on the image's own from what this run mounted and
-    // linked (a spec's own update-ldcache run is given neither: a full scan).
+    // Every subcommand is these steps, each with what it was given: the mounts, the links, the
+    // compat decision, then the cache. The cache is built on the image's own from what this run
+    // mounted and linked (a spec's own update-ldcache run is given neither: a full scan).
     hook::bind_mounts(&root, &binds, api)?;
     hook::create_symlinks(&root, &links)?;
+    let first: Vec<PathBuf> = match compat {
+        Compat::None => Vec::new(),
+        Compat::Decide(args) => hook::compat::enable(&root, &args)?.into_iter().collect(),
+        Compat::FromDropin => hook::compat::folders_from_dropin(&root)?,
+    };
     if let Some(folders) = folders {
         let injected: Vec<PathBuf> =
             binds.iter().map(|b| b.destination.clone()).chain(links.iter().map(|l| l.link.clone())).collect();
-        hook::update_ldcache(&root, &folders, &injected)?;
+        hook::update_ldcache(&root, &folders, &injected, &first)?;
     }
     Ok(())
 }
@@ -171,5 +229,40 @@ mod tests {
         assert_eq!(message(&e), "updating the cache: write /etc/ld.so.cache in /r: disk on fire");
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(message(&plain), "outer: inner");
+    }
+
+    #[test]
+    fn translated_arguments_parse_and_mounts_come_only_before_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "nvinject-hook",
+            "inject",
+            "--link=a::/b",
+            "--host-driver-version=550.54.15",
+            "--folder=/usr/lib/x86_64-linux-gnu",
+        ])
+        .unwrap();
+        let Cmd::Inject { links, folders, compat, .. } = cli.command else { panic!("{:?}", cli.command) };
+        assert_eq!((links.as_slice(), folders.len()), (["a::/b".to_owned()].as_slice(), 1));
+        assert_eq!(compat.host_driver_version.as_deref(), Some("550.54.15"));
+        let cli =
+            Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat", "--host-driver-version", "560"])
+                .unwrap();
+        assert!(
+            matches!(cli.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_some())
+        );
+        // A spec's run can give --mount only before the subcommand, which the shim's translation
+        // of NVIDIA's hooks never writes; after it, or twice a compat flag, it is refused.
+        for argv in [
+            &["nvinject-hook", "create-symlinks", "--mount", "/etc::/x::rbind"][..],
+            &["nvinject-hook", "update-ldcache", "--mount=/etc::/x::rbind"],
+            &["nvinject-hook", "inject", "--host-driver-version=1", "--host-driver-version=2"],
+            &["nvinject-hook", "enable-cuda-compat", "--container-spec=/tmp/x"],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let none = Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat"]).unwrap();
+        assert!(
+            matches!(none.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_none() && compat.host_cuda_version.is_none())
+        );
     }
 }
