@@ -64,6 +64,23 @@ pub struct RequestsConfig {
     /// key is NVIDIA's (`accept-nvidia-visible-devices-as-volume-mounts`).
     #[serde(rename = "accept-nvidia-visible-devices-as-volume-mounts")]
     pub accept_volume_mounts: bool,
+    /// Whether `NVIDIA_DRIVER_CAPABILITIES` narrows what env and volume-mount requests get.
+    pub driver_capabilities: DriverCapabilities,
+}
+
+/// `[requests] driver-capabilities`: how `NVIDIA_DRIVER_CAPABILITIES` is taken for requests by
+/// `NVIDIA_VISIBLE_DEVICES` or volume mounts (CDI requests always get the whole spec).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverCapabilities {
+    /// Only the files of the capabilities asked for (`utility,compute` when unset), as NVIDIA's
+    /// runtime in its legacy mode.
+    #[default]
+    Honour,
+    /// The whole spec whatever the variable says, as NVIDIA's runtime in its `jit-cdi` mode
+    /// (toolkit 1.18 and later by default): for fleets whose CUDA images relied on getting the
+    /// graphics libraries anyway.
+    Ignore,
 }
 
 /// `[runtime]`

@@ -24,7 +24,7 @@ use serde_json::Value;
 use ttrpc::proto::Code;
 
 use crate::capabilities::{self, CapabilityError};
-use crate::config::{Config, RegenerateConfig};
+use crate::config::{Config, DriverCapabilities, RegenerateConfig};
 use crate::proxy::{CreateGate, Rejection};
 use crate::request::{self, Policy, Resolution};
 
@@ -194,6 +194,7 @@ pub struct Injector {
     regen_config: RegenerateConfig,
     regenerator: Option<Box<dyn Regenerate>>,
     one_hook_run: bool,
+    honour_driver_capabilities: bool,
     // Kept between Creates: unchanged spec files are not parsed again.
     registry: Mutex<Registry>,
 }
@@ -219,6 +220,7 @@ impl Injector {
             regen_config: config.regenerate.clone(),
             regenerator: config.regenerate.enabled.then_some(regenerator),
             one_hook_run: config.runtime.one_hook_run,
+            honour_driver_capabilities: config.requests.driver_capabilities == DriverCapabilities::Honour,
             registry: Mutex::new(Registry::scan(&config.cdi.spec_dirs)),
         }
     }
@@ -235,7 +237,7 @@ impl Injector {
         let t1 = Instant::now();
         let resolution = request::resolve(&oci, &self.policy)?;
         // Read before anything is resolved: a bad value refuses the Create with nothing done.
-        let requested_caps = if resolution.honours_driver_capabilities() {
+        let requested_caps = if self.honour_driver_capabilities && resolution.honours_driver_capabilities() {
             let env = oci.pointer("/process/env").and_then(Value::as_array);
             Some(capabilities::from_env(env.into_iter().flatten().filter_map(Value::as_str))?)
         } else {
@@ -1037,6 +1039,26 @@ mod tests {
             ])
         );
         assert_eq!(hooks[1]["args"], json!(["nvinject-hook", "update-ldcache", "--folder", "/usr/lib"]));
+    }
+
+    #[test]
+    fn driver_capabilities_ignore_gives_legacy_requests_the_whole_spec() {
+        let mut f = Fixture::new();
+        f.config.runtime.one_hook_run = false;
+        f.config.requests.driver_capabilities = DriverCapabilities::Ignore;
+        write_two_library_spec(&f);
+        let (inj, _) = injector(&f, false);
+        // Not read at all, as NVIDIA's jit-cdi mode: a narrow, an unset and a bad value alike.
+        for env in
+            [vec!["NVIDIA_DRIVER_CAPABILITIES=utility"], vec![], vec!["NVIDIA_DRIVER_CAPABILITIES=bogus"]]
+        {
+            let mut e = vec!["NVIDIA_VISIBLE_DEVICES=1"];
+            e.extend(env.iter().copied());
+            f.write_oci(&privileged_oci(&e, json!({})));
+            let out = inj.inject(&f.bundle()).unwrap_or_else(|e| panic!("{env:?}: {e}"));
+            assert_eq!(out.capabilities, "", "{env:?}");
+            assert_eq!(destinations(&f.read_oci()).len(), 3, "{env:?}");
+        }
     }
 
     #[test]
