@@ -297,14 +297,19 @@ fn run_list(args: ListArgs) -> anyhow::Result<ExitCode> {
     for error in registry.errors() {
         tracing::warn!("{error}");
     }
-    tracing::info!(devices = devices.len(), dirs = ?dirs, "CDI devices found");
+    // A device two files of one directory define is no device at all: every runtime refuses it.
+    let conflicts = registry.conflicts();
+    for conflict in &conflicts {
+        tracing::error!("{conflict}");
+    }
+    tracing::info!(devices = devices.len(), conflicts = conflicts.len(), dirs = ?dirs, "CDI devices found");
     let mut out = String::new();
     for d in &devices {
         out.push_str(&d.name);
         out.push('\n');
     }
     print_stdout(&out)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(if conflicts.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn run_validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {

@@ -216,3 +216,24 @@ fn list_shows_resolvable_devices_and_warns_about_broken_files() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("zz-broken.yaml"), "{stderr}");
 }
+
+#[test]
+fn list_fails_naming_both_files_when_nvidia_s_spec_and_ours_share_a_directory() {
+    // NVIDIA's GPU Operator writes /var/run/cdi/nvidia.yaml; nvinject writes nvidia.com-gpu.json
+    // beside it: every device both define resolves to nothing, for every CDI runtime.
+    let run = tempfile::tempdir().unwrap();
+    write(
+        run.path(),
+        "nvidia.com-gpu.yaml",
+        &with("\ncontainerEdits:\n", "\n- name: \"1\"\n  containerEdits:\n    env: [A=1]\ncontainerEdits:\n"),
+    );
+    write(run.path(), "nvidia.yaml", GOOD);
+    let out = cdi([std::ffi::OsStr::new("list"), "--spec-dir".as_ref(), run.path().as_os_str()]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Only the device one file alone defines is listed.
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "nvidia.com/gpu=1\n");
+    assert!(stderr.contains("ambiguous CDI device nvidia.com/gpu=0"), "{stderr}");
+    assert!(stderr.contains("nvidia.com-gpu.yaml") && stderr.contains("nvidia.yaml"), "{stderr}");
+    assert!(stderr.contains("remove or rename one"), "{stderr}");
+}

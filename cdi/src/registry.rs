@@ -369,6 +369,26 @@ impl Registry {
         out
     }
 
+    /// Every device name two files of one directory both define (so it resolves to nothing), with
+    /// those files; sorted by name. The usual cause on a node moving from NVIDIA's toolkit: its
+    /// `nvidia.yaml` and nvinject's spec side by side in one directory.
+    pub fn conflicts(&self) -> Vec<ResolveError> {
+        let mut names: Vec<QualifiedName> = Vec::new();
+        for (_, spec) in self.specs() {
+            let Ok(kind) = spec.kind.parse::<Kind>() else { continue };
+            names.extend(spec.devices.iter().filter_map(|d| QualifiedName::new(kind.clone(), &d.name).ok()));
+        }
+        names.sort_by_key(ToString::to_string);
+        names.dedup();
+        names
+            .iter()
+            .filter_map(|n| match self.resolve(n) {
+                Err(e @ ResolveError::Conflict { .. }) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Every directory and file that could not be used, with why. Loads all files.
     pub fn errors(&self) -> Vec<&SpecError> {
         self.dir_errors
@@ -417,6 +437,18 @@ mod tests {
         assert!(err.contains("nvidia.com-gpu.json") && err.contains("z-dup.yaml"), "{err}");
         let names: Vec<String> = reg.devices().into_iter().map(|d| d.name).collect();
         assert_eq!(names, ["nvidia.com/gpu=1", "vendor.com/nic=0"]);
+        // What `list` and the installer report: the device left out, and both files.
+        let conflicts: Vec<String> = reg.conflicts().iter().map(ToString::to_string).collect();
+        assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+        assert!(
+            conflicts[0].contains("nvidia.com/gpu=0") && conflicts[0].contains("z-dup.yaml"),
+            "{conflicts:?}"
+        );
+        fs::remove_file(run.path().join("z-dup.yaml")).unwrap();
+        assert!(
+            Registry::scan(&[etc.path(), run.path()]).conflicts().is_empty(),
+            "a later directory is no conflict"
+        );
     }
 
     #[test]
