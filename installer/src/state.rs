@@ -117,11 +117,15 @@ pub struct State {
     /// run killed after writing the config must still restart it next time.
     #[serde(default)]
     pub restart_pending: bool,
+    /// Parents of the state directory that the first save created (`/var/lib` on an empty host
+    /// root), outermost first: removed again, when empty, after a complete uninstall.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_parents: Vec<String>,
 }
 
 impl Default for State {
     fn default() -> Self {
-        State { format: FORMAT, entries: Vec::new(), restart_pending: false }
+        State { format: FORMAT, entries: Vec::new(), restart_pending: false, created_parents: Vec::new() }
     }
 }
 
@@ -213,7 +217,23 @@ impl<'h> Ledger<'h> {
     }
 
     fn save(&mut self) -> Result<()> {
+        // Missing parents are found before the directory is made, so they can be recorded.
+        let mut missing = Vec::new();
+        let mut cur = Path::new(&self.dir_host).parent();
+        while let Some(d) = cur.filter(|d| d != &Path::new("/")) {
+            let host = d.to_string_lossy().into_owned();
+            if self.root.symlink_metadata(&host)?.is_some() {
+                break;
+            }
+            missing.push(host);
+            cur = d.parent();
+        }
         self.private_dir(&self.dir_host.clone())?;
+        for d in missing.into_iter().rev() {
+            if !self.state.created_parents.contains(&d) {
+                self.state.created_parents.push(d);
+            }
+        }
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         bytes.push(b'\n');
         fsx::write_in(&self.root, &host_join(&self.dir_host, "state.json"), &bytes, 0o600, self.hook)
@@ -448,6 +468,25 @@ impl<'h> Ledger<'h> {
                 }
                 cur = d.parent();
             }
+            // Then the parents the first save created (innermost first), when nothing else has
+            // been put there since.
+            for d in self.state.created_parents.iter().rev() {
+                if self.root.symlink_metadata(d)?.is_some_and(|m| m.is_dir()) && !self.root.remove_dir(d)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lock file an earlier shim kept beside a spec (`<spec>.lock`): it goes with the spec we
+    /// created, or the CDI directory would not be empty and would stay. Unlinking a name never
+    /// follows a link planted there.
+    fn remove_spec_lock(&self, spec: &str, undo: &mut Undo) -> Result<()> {
+        let lock = format!("{spec}.lock");
+        if self.root.symlink_metadata(&lock)?.is_some_and(|m| m.is_file()) {
+            fsx::remove_in(&self.root, &lock, self.hook)?;
+            undo.removed.push(lock);
         }
         Ok(())
     }
@@ -512,6 +551,9 @@ impl<'h> Ledger<'h> {
                         None => {
                             fsx::remove_in(&self.root, &entry.path, self.hook)?;
                             undo.removed.push(entry.path.clone());
+                            if entry.role == Role::CdiSpec {
+                                self.remove_spec_lock(&entry.path, undo)?;
+                            }
                         }
                     }
                     undo.containerd_changed |= containerd_file;
@@ -671,5 +713,53 @@ mod tests {
         assert!(!dir.path().join("old-drop-in.toml").exists());
         assert!(dir.path().join("new-drop-in.toml").exists());
         assert_eq!(ledger.state().entries.len(), 1);
+    }
+
+    #[test]
+    fn a_created_spec_goes_with_its_lock_and_the_cdi_dirs_but_a_planted_lock_link_stays() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.ensure_dir("/var/run/cdi", 0o755).unwrap();
+        ledger.write_file("/var/run/cdi/nvidia.com-gpu.json", b"{}", 0o644, Role::CdiSpec).unwrap();
+        // The shim regenerated the spec and left its lock beside it.
+        fs::write(dir.path().join("var/run/cdi/nvidia.com-gpu.json"), "{\"new\":1}").unwrap();
+        fs::write(dir.path().join("var/run/cdi/nvidia.com-gpu.json.lock"), "").unwrap();
+        let undo = ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert!(undo.removed.iter().any(|p| p.ends_with(".json.lock")), "{undo:?}");
+        assert!(!dir.path().join("var").exists(), "the CDI dirs the install created are left");
+
+        // A link where the lock would be is not ours: it (and so the directory) stays.
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.ensure_dir("/cdi", 0o755).unwrap();
+        ledger.write_file("/cdi/s.json", b"{}", 0o644, Role::CdiSpec).unwrap();
+        fs::write(dir.path().join("target"), "keep").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("target"), dir.path().join("cdi/s.json.lock")).unwrap();
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert!(fs::symlink_metadata(dir.path().join("cdi/s.json.lock")).is_ok());
+        assert_eq!(fs::read_to_string(dir.path().join("target")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn parents_the_state_dir_needed_are_removed_after_a_complete_uninstall_and_only_those() {
+        let (dir, root) = setup();
+        fs::create_dir(dir.path().join("var")).unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        assert_eq!(ledger.state().created_parents, ["/var/lib", "/var/lib/nvinject"]);
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        assert!(!dir.path().join("var/lib").exists(), "/var/lib was created by the install");
+        assert!(dir.path().join("var").is_dir(), "/var was there before");
+
+        // Something put into a created parent since keeps it.
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        fs::write(dir.path().join("var/lib/other"), "").unwrap();
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        assert!(dir.path().join("var/lib/other").exists());
+        assert!(!dir.path().join("var/lib/nvinject").exists());
     }
 }

@@ -1,5 +1,6 @@
-//! Issue 4's scenarios on real parts: a private containerd 1.6 and runc from Debian, our shim and
-//! hook as containerd runs them, the probe reporting from inside each container, on the simulated
+//! Issue 4's scenarios on real parts: a private containerd (Debian 12's 1.6 by default;
+//! `NVINJECT_CONTAINERD=1.7` or `2.1`, and `NVINJECT_CONTAINERD_CDI=on|off`, pick another build, see
+//! `nvinject_integration::containerd`) and runc from Debian, our shim and hook as containerd runs them, the probe reporting from inside each container, on the simulated
 //! 8-GPU node (and the MIG preset for scenario 5). Needs root (CI runs as root).
 //!
 //! The tests run one at a time (they share two CPU cores and the host's `/run/containerd/s`).
@@ -64,6 +65,19 @@ fn create_line(node: &GpuNode, id: &str) -> Value {
 
 fn annotation(value: &str) -> Vec<(String, String)> {
     vec![("cdi.k8s.io/test".into(), value.into())]
+}
+
+/// The containerd under test is the one selected, and the output says which (CI runs this file once
+/// per version).
+#[test]
+fn s0_the_selected_containerd_is_the_one_running() {
+    let _s = serial();
+    let node = node("h100x8");
+    let build = &node.containerd.build;
+    let version = node.containerd.server_version().unwrap();
+    println!("shim scenarios on {} (server {version})", build.label());
+    let (major, minor) = build.version;
+    assert!(version.starts_with(&format!("{major}.{minor}.")), "{} runs {version}", build.label());
 }
 
 #[test]
@@ -296,10 +310,19 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
         assert_eq!(gpu_nodes(&report), [(format!("/dev/nvidia{gpu}"), "ENXIO".to_owned())], "{name}");
         let smi = smi_lines(&report);
         assert!(smi.len() == 1 && smi[0].contains(&node.gpu_uuid(gpu)), "{name}: {smi:?}");
+        // containerd's own CDI (2.x's default) resolves the annotation before the shim sees the
+        // container: the shim finds the edits there and adds nothing twice.
+        let line = create_line(&node, &id);
+        if node.containerd.build.cdi {
+            assert_eq!(line["already_present"], format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)), "{line}");
+        } else {
+            assert_eq!(line["injected"], format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)), "{line}");
+        }
         ids.push(id);
     }
-    // A container asking for a device the node does not have: CRI's StartContainer (where
-    // containerd sends the task Create) fails with the shim's reason; the pod keeps working.
+    // A container asking for a device the node does not have fails with a reason naming it: with
+    // containerd's CDI on, at CreateContainer (containerd resolves it); off, at StartContainer
+    // (where containerd sends the task Create) with the shim's reason. The pod keeps working.
     let bad = ContainerRequest {
         name: "bad".into(),
         image: nvinject_integration::node::PROBE_IMAGE.into(),
@@ -307,12 +330,17 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
         annotations: HashMap::from([("cdi.k8s.io/x".to_owned(), "nvidia.com/gpu=42".to_owned())]),
         ..Default::default()
     };
-    let bad_id = cri.create_container(&pod, &bad).unwrap();
-    let err = cri.start_container(&bad_id).unwrap_err().to_string();
-    assert!(
-        err.contains("nvidia.com/gpu=42") && err.contains(&node.cdi_dir.to_string_lossy().into_owned()),
-        "{err}"
-    );
+    if node.containerd.build.cdi {
+        let err = cri.create_container(&pod, &bad).unwrap_err().to_string();
+        assert!(err.contains("nvidia.com/gpu=42") && err.contains("unresolvable CDI devices"), "{err}");
+    } else {
+        let bad_id = cri.create_container(&pod, &bad).unwrap();
+        let err = cri.start_container(&bad_id).unwrap_err().to_string();
+        assert!(
+            err.contains("nvidia.com/gpu=42") && err.contains(&node.cdi_dir.to_string_lossy().into_owned()),
+            "{err}"
+        );
+    }
 
     // One proxy serves the whole pod.
     let proxies: Vec<_> = node
@@ -372,9 +400,11 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
     let out = node.base().join("direct.out");
 
     let client = ttrpc::Client::connect(proxy_socket).unwrap();
+    // containerd 2.x's runc shim serves the task API as v3 only (same messages).
+    let service = if node.containerd.build.is_v2() { "containerd.task.v3.Task" } else { "containerd.task.v2.Task" };
     let call = |method: &str, payload: Vec<u8>| -> Vec<u8> {
         let req = ttrpc::proto::Request {
-            service: "containerd.task.v2.Task".into(),
+            service: service.into(),
             method: method.into(),
             payload,
             timeout_nano: Duration::from_secs(60).as_nanos() as i64,
