@@ -357,6 +357,22 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         );
     }
 
+    // With containerd's own CDI on, a spec dir it does not read is caught by doctor, pointing at
+    // cdi_spec_dirs (not at the image).
+    if build.cdi {
+        let mut wrong = doctor_args.clone();
+        for a in wrong.iter_mut().filter(|a| a.starts_with("--cdi-dir=")) {
+            *a = format!("--cdi-dir={}", p("opt/cdi"));
+        }
+        let out = run_installer(&installer, "doctor", &wrong);
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "doctor passed with a dir containerd does not read:\n{report}");
+        assert!(
+            report.lines().any(|l| l.starts_with("FAIL") && l.contains("containerd") && l.contains("cdi_spec_dirs")),
+            "{report}"
+        );
+    }
+
     // A second install changes nothing and restarts nothing.
     let pid_installed = supervised.pid();
     let out = run_installer(&installer, "install", &args);

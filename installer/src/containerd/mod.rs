@@ -6,7 +6,7 @@ pub mod plan;
 pub mod version;
 
 pub use plan::{
-    ConfigSources, MainChange, Plan, RuntimeMode, RuntimeRequest, SourceFile, effective_runtime, plan,
+    ConfigSources, EffectiveCdi, effective_cdi, MainChange, Plan, RuntimeMode, RuntimeRequest, SourceFile, effective_runtime, plan,
     remove_import,
 };
 pub use version::{ContainerdVersion, VersionParseError};
