@@ -825,7 +825,10 @@ mod tests {
     #[test]
     fn a_container_refused_by_containerds_cdi_points_at_the_spec_dirs_not_the_image() {
         let node = healthy_node("550.54.15");
-        let env = env(Err("CreateContainer: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all".into()));
+        let env = env(Err(
+            "CreateContainer: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all"
+                .into(),
+        ));
         let lines = check(&settings(&node), &args(), &env);
         let line = lines.last().unwrap();
         assert_eq!((line.phase, line.status), ("container", Status::Fail), "{line:?}");

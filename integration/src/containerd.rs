@@ -86,7 +86,9 @@ impl ContainerdBuild {
     /// for the versions `fetch-containerd.sh` knows.
     pub fn resolve(version: &str, cdi: Option<&str>, bin_dir: Option<PathBuf>) -> Result<ContainerdBuild> {
         let parsed = parse_version(version).ok_or_else(|| {
-            HarnessError::Prerequisite(format!("{VERSION_ENV}={version:?}: expected MAJOR.MINOR, e.g. 1.6, 1.7, 2.1"))
+            HarnessError::Prerequisite(format!(
+                "{VERSION_ENV}={version:?}: expected MAJOR.MINOR, e.g. 1.6, 1.7, 2.1"
+            ))
         })?;
         let cdi = match cdi {
             None => parsed.0 >= 2,
@@ -106,7 +108,9 @@ impl ContainerdBuild {
             let fix = if parsed == (1, 6) {
                 "apt-get install containerd (./x setup does)".to_owned()
             } else {
-                format!("run `bash integration/scripts/fetch-containerd.sh {version}` (./x setup does), or set {BIN_DIR_ENV}")
+                format!(
+                    "run `bash integration/scripts/fetch-containerd.sh {version}` (./x setup does), or set {BIN_DIR_ENV}"
+                )
             };
             process::require_file(&path, &format!("containerd {version}: {fix}"))?;
         }
@@ -115,7 +119,12 @@ impl ContainerdBuild {
 
     /// `containerd 2.1 (CDI on)`: what test output names.
     pub fn label(&self) -> String {
-        format!("containerd {}.{} (CDI {})", self.version.0, self.version.1, if self.cdi { "on" } else { "off" })
+        format!(
+            "containerd {}.{} (CDI {})",
+            self.version.0,
+            self.version.1,
+            if self.cdi { "on" } else { "off" }
+        )
     }
 
     /// The daemon binary.

@@ -183,7 +183,13 @@ fn containerd_config(build: &ContainerdBuild, t: &Path) -> String {
     // writes is the one it reads.
     format!(
         "{head}{}",
-        build.cri_config(PROBE_IMAGE, &p("containerd/cni-bin"), &p("containerd/cni-conf"), &[], &[t.join("var/run/cdi")])
+        build.cri_config(
+            PROBE_IMAGE,
+            &p("containerd/cni-bin"),
+            &p("containerd/cni-conf"),
+            &[],
+            &[t.join("var/run/cdi")]
+        )
     )
 }
 
@@ -368,7 +374,9 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         let report = String::from_utf8_lossy(&out.stdout);
         assert!(!out.status.success(), "doctor passed with a dir containerd does not read:\n{report}");
         assert!(
-            report.lines().any(|l| l.starts_with("FAIL") && l.contains("containerd") && l.contains("cdi_spec_dirs")),
+            report
+                .lines()
+                .any(|l| l.starts_with("FAIL") && l.contains("containerd") && l.contains("cdi_spec_dirs")),
             "{report}"
         );
     }

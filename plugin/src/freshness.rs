@@ -34,7 +34,8 @@ pub enum FreshnessError {
     /// `nvinject-cdi` could not be started, failed, or timed out.
     #[error(
         "CDI spec {} is {why} (loaded driver {loaded}) and `{command}` failed: {message}; fix the generator's \
-         error above, or regenerate by hand with nvinject-cdi generate"
+         error above, or regenerate by hand with nvinject-cdi generate",
+        spec.display()
     )]
     Generate {
         /// The spec.
@@ -51,7 +52,8 @@ pub enum FreshnessError {
     /// The generator ran but the spec is still not for the loaded driver.
     #[error(
         "CDI spec {} still records driver {found:?} after regeneration, but driver {loaded} is loaded: check \
-         that --cdi-generator writes --cdi-spec and reads the same sys/proc roots"
+         that --cdi-generator writes --cdi-spec and reads the same sys/proc roots",
+        spec.display()
     )]
     StillStale {
         /// The spec.
@@ -126,7 +128,13 @@ pub fn generate_args(
 impl SpecFreshness {
     /// Keeps `spec` fresh against the driver under `sys_root`/`proc_root`, regenerating with
     /// `program args...`.
-    pub fn new(spec: PathBuf, sys_root: PathBuf, proc_root: PathBuf, program: PathBuf, args: Vec<OsString>) -> Self {
+    pub fn new(
+        spec: PathBuf,
+        sys_root: PathBuf,
+        proc_root: PathBuf,
+        program: PathBuf,
+        args: Vec<OsString>,
+    ) -> Self {
         SpecFreshness { spec, sys_root, proc_root, program, args, last: Mutex::new(None) }
     }
 
@@ -139,7 +147,8 @@ impl SpecFreshness {
     /// Concurrent callers wait for one another: one regeneration serves them all.
     pub fn ensure_fresh(&self) -> Result<Outcome, FreshnessError> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok((loaded, _)) = nvinject_cdi_gen::devices::read_driver_version(&self.sys_root, &self.proc_root) else {
+        let Ok((loaded, _)) = nvinject_cdi_gen::devices::read_driver_version(&self.sys_root, &self.proc_root)
+        else {
             *last = None;
             return Ok(Outcome::NoDriver);
         };
@@ -367,7 +376,10 @@ mod tests {
     fn a_failing_generator_is_an_error_naming_the_spec_versions_and_its_output() {
         let f = fixture("555.42.02", Some("550.54.15"), "echo 'no NVML here' >&2; exit 3");
         let e = f.freshness.ensure_fresh().unwrap_err().to_string();
-        assert!(e.contains("nvidia.com-gpu.json") && e.contains("550.54.15") && e.contains("555.42.02"), "{e}");
+        assert!(
+            e.contains("nvidia.com-gpu.json") && e.contains("550.54.15") && e.contains("555.42.02"),
+            "{e}"
+        );
         assert!(e.contains("no NVML here"), "{e}");
         // The old spec is still there, untouched, and the next check tries again.
         assert_eq!(recorded(&f), "550.54.15");
@@ -402,7 +414,12 @@ mod tests {
         );
         let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
         let joined = text.join(" ");
-        assert!(joined.starts_with("generate --driver-root /run/nvidia/driver --dev-root / --proc-root /proc"), "{joined}");
-        assert!(joined.contains("--output /var/run/cdi/nvidia.com-gpu.json") && joined.ends_with("--format json"));
+        assert!(
+            joined.starts_with("generate --driver-root /run/nvidia/driver --dev-root / --proc-root /proc"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--output /var/run/cdi/nvidia.com-gpu.json") && joined.ends_with("--format json")
+        );
     }
 }

@@ -305,7 +305,10 @@ pub const DEFAULT_CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 
 /// The CDI settings the CRI plugin of `containerd` will run with, across the main file and its
 /// imports (our drop-in included); `None` for a containerd without CDI of its own (before 1.7).
-pub fn effective_cdi(sources: &ConfigSources, containerd: &ContainerdVersion) -> Result<Option<EffectiveCdi>, PlanError> {
+pub fn effective_cdi(
+    sources: &ConfigSources,
+    containerd: &ContainerdVersion,
+) -> Result<Option<EffectiveCdi>, PlanError> {
     if !containerd.has_cdi() {
         return Ok(None);
     }
@@ -328,7 +331,11 @@ pub fn effective_cdi(sources: &ConfigSources, containerd: &ContainerdVersion) ->
         cdi.defined_in = files
             .iter()
             .rev()
-            .find(|f| plugin_item(f, cri_key).and_then(Item::as_table_like).is_some_and(|t| t.contains_key("enable_cdi")))
+            .find(|f| {
+                plugin_item(f, cri_key)
+                    .and_then(Item::as_table_like)
+                    .is_some_and(|t| t.contains_key("enable_cdi"))
+            })
             .map(|f| f.path.clone());
     }
     if let Some(dirs) = cri.get("cdi_spec_dirs").and_then(Item::as_array) {
@@ -794,7 +801,8 @@ mod cdi_tests {
 
         // 2.x, version 3: the runtime plugin holds it; an import merges key by key.
         let main = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = false\n";
-        let drop_in = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\ncdi_spec_dirs = [\"/run/cdi\"]\n";
+        let drop_in =
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\ncdi_spec_dirs = [\"/run/cdi\"]\n";
         let c = effective_cdi(&sources(Some(main), &[("/etc/containerd/conf.d/x.toml", drop_in)]), &v21)
             .unwrap()
             .unwrap();
