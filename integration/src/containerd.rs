@@ -493,3 +493,86 @@ impl Drop for Containerd {
         self.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A build for `version` whose binaries are empty files in a temp dir (nothing is run).
+    fn build(version: &str, cdi: Option<&str>) -> (tempfile::TempDir, Result<ContainerdBuild>) {
+        let dir = tempfile::tempdir().unwrap();
+        for bin in ["containerd", "containerd-shim-runc-v2", "ctr"] {
+            fs::write(dir.path().join(bin), "").unwrap();
+        }
+        let b = ContainerdBuild::resolve(version, cdi, Some(dir.path().to_owned()));
+        (dir, b)
+    }
+
+    fn options(cri: bool) -> ContainerdOptions {
+        ContainerdOptions {
+            cri,
+            sandbox_image: "img".into(),
+            cri_runtimes: vec![("nvidia".into(), "  runtime_type = \"x\"\n".into())],
+            cdi_spec_dirs: vec![PathBuf::from("/t/cdi")],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn versions_and_cdi_switches_parse_or_name_the_variable() {
+        let (_d, b) = build("2.1", None);
+        let b = b.unwrap();
+        assert_eq!((b.version, b.cdi, b.config_version()), ((2, 1), true, 3));
+        assert_eq!(b.label(), "containerd 2.1 (CDI on)");
+        let (_d, b) = build("1.7", None);
+        assert!(!b.unwrap().cdi, "1.x: CDI off by default");
+        let (_d, b) = build("2.1", Some("off"));
+        assert!(!b.unwrap().cdi);
+        let (_d, b) = build("two", None);
+        assert!(b.unwrap_err().to_string().contains(VERSION_ENV));
+        let (_d, b) = build("2.1", Some("maybe"));
+        assert!(b.unwrap_err().to_string().contains(CDI_ENV));
+        let empty = tempfile::tempdir().unwrap();
+        let e = ContainerdBuild::resolve("2.1", None, Some(empty.path().to_owned())).unwrap_err().to_string();
+        assert!(e.contains("containerd 2.1") && e.contains(BIN_DIR_ENV), "{e}");
+    }
+
+    #[test]
+    fn each_version_gets_its_own_schema() {
+        let base = Path::new("/t");
+        let (_d, v2) = build("2.1", None);
+        let text = Containerd::config_text(&v2.unwrap(), base, &options(true));
+        let parsed: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(parsed["version"].as_integer(), Some(3));
+        let plugins = parsed["plugins"].as_table().unwrap();
+        let runtime = plugins["io.containerd.cri.v1.runtime"].as_table().unwrap();
+        assert_eq!(runtime["enable_cdi"].as_bool(), Some(true));
+        assert_eq!(runtime["cdi_spec_dirs"].as_array().unwrap()[0].as_str(), Some("/t/cdi"));
+        assert!(runtime["containerd"]["runtimes"]["nvidia"].is_table(), "{text}");
+        assert_eq!(plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"].as_str(), Some("img"));
+        assert!(!plugins.contains_key("io.containerd.grpc.v1.cri"), "{text}");
+        let disabled: Vec<&str> =
+            parsed["disabled_plugins"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(disabled, ["io.containerd.nri.v1.nri"], "NRI would listen on the host's socket");
+
+        // ctr only: every CRI plugin of 2.x off.
+        let (_d, v2) = build("2.1", None);
+        let text = Containerd::config_text(&v2.unwrap(), base, &options(false));
+        let parsed: toml::Table = text.parse().unwrap();
+        let disabled: Vec<&str> =
+            parsed["disabled_plugins"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        assert!(
+            disabled.contains(&"io.containerd.cri.v1.runtime")
+                && disabled.contains(&"io.containerd.grpc.v1.cri")
+        );
+
+        // 1.6: version 2, the grpc CRI plugin, no CDI keys (it has no CDI), no NRI to disable.
+        let (_d, v16) = build("1.6", None);
+        let text = Containerd::config_text(&v16.unwrap(), base, &options(true));
+        let parsed: toml::Table = text.parse().unwrap();
+        assert_eq!(parsed["version"].as_integer(), Some(2));
+        let cri = parsed["plugins"]["io.containerd.grpc.v1.cri"].as_table().unwrap();
+        assert!(!cri.contains_key("enable_cdi") && !parsed.contains_key("disabled_plugins"), "{text}");
+        assert_eq!(cri["sandbox_image"].as_str(), Some("img"));
+    }
+}
