@@ -117,15 +117,11 @@ pub struct State {
     /// run killed after writing the config must still restart it next time.
     #[serde(default)]
     pub restart_pending: bool,
-    /// Parents of the state directory that the first save created (`/var/lib` on an empty host
-    /// root), outermost first: removed again, when empty, after a complete uninstall.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub created_parents: Vec<String>,
 }
 
 impl Default for State {
     fn default() -> Self {
-        State { format: FORMAT, entries: Vec::new(), restart_pending: false, created_parents: Vec::new() }
+        State { format: FORMAT, entries: Vec::new(), restart_pending: false }
     }
 }
 
@@ -217,23 +213,7 @@ impl<'h> Ledger<'h> {
     }
 
     fn save(&mut self) -> Result<()> {
-        // Missing parents are found before the directory is made, so they can be recorded.
-        let mut missing = Vec::new();
-        let mut cur = Path::new(&self.dir_host).parent();
-        while let Some(d) = cur.filter(|d| d != &Path::new("/")) {
-            let host = d.to_string_lossy().into_owned();
-            if self.root.symlink_metadata(&host)?.is_some() {
-                break;
-            }
-            missing.push(host);
-            cur = d.parent();
-        }
         self.private_dir(&self.dir_host.clone())?;
-        for d in missing.into_iter().rev() {
-            if !self.state.created_parents.contains(&d) {
-                self.state.created_parents.push(d);
-            }
-        }
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         bytes.push(b'\n');
         fsx::write_in(&self.root, &host_join(&self.dir_host, "state.json"), &bytes, 0o600, self.hook)
@@ -467,13 +447,6 @@ impl<'h> Ledger<'h> {
                     break;
                 }
                 cur = d.parent();
-            }
-            // Then the parents the first save created (innermost first), when nothing else has
-            // been put there since.
-            for d in self.state.created_parents.iter().rev() {
-                if self.root.symlink_metadata(d)?.is_some_and(|m| m.is_dir()) && !self.root.remove_dir(d)? {
-                    break;
-                }
             }
         }
         Ok(())
@@ -738,28 +711,5 @@ mod tests {
         ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
         assert!(fs::symlink_metadata(dir.path().join("cdi/s.json.lock")).is_ok());
         assert_eq!(fs::read_to_string(dir.path().join("target")).unwrap(), "keep");
-    }
-
-    #[test]
-    fn parents_the_state_dir_needed_are_removed_after_a_complete_uninstall_and_only_those() {
-        let (dir, root) = setup();
-        fs::create_dir(dir.path().join("var")).unwrap();
-        let hook = FaultHook::none();
-        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
-        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
-        assert_eq!(ledger.state().created_parents, ["/var/lib", "/var/lib/nvinject"]);
-        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
-        ledger.finish().unwrap();
-        assert!(!dir.path().join("var/lib").exists(), "/var/lib was created by the install");
-        assert!(dir.path().join("var").is_dir(), "/var was there before");
-
-        // Something put into a created parent since keeps it.
-        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
-        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
-        fs::write(dir.path().join("var/lib/other"), "").unwrap();
-        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
-        ledger.finish().unwrap();
-        assert!(dir.path().join("var/lib/other").exists());
-        assert!(!dir.path().join("var/lib/nvinject").exists());
     }
 }
