@@ -240,6 +240,18 @@ pub fn check(settings: &Settings, args: &DoctorArgs, env: &dyn DoctorEnv) -> Vec
                         ),
                         "read the shim's log (runtime.log-file in /etc/nvinject/config.toml) and containerd's journal",
                     ),
+                    // containerd's own CDI refuses at CreateContainer, naming the device.
+                    Err(e) if e.contains("CDI device injection failed") || e.contains("unresolvable CDI devices") => {
+                        Line::fail(
+                            "container",
+                            format!("containerd's own CDI could not resolve {}: {e}", args.test_device),
+                            format!(
+                                "containerd reads CDI specs itself: make sure {} is in its cdi_spec_dirs and holds \
+                                 a current spec (nvinject-cdi generate, or reinstall)",
+                                settings.cdi_dir
+                            ),
+                        )
+                    }
                     Err(e) => Line::fail(
                         "container",
                         format!("the test container did not run: {e}"),
@@ -431,11 +443,27 @@ fn check_containerd(settings: &Settings, env: &dyn DoctorEnv) -> Line {
             "run `nvinject-installer install` to copy the binaries",
         );
     }
+    // With containerd's own CDI on, it resolves the annotations before the shim: the spec must be
+    // in a directory it reads, on this version's defaults and config.
+    let cdi = match containerd::effective_cdi(&sources, &version) {
+        Ok(c) => c,
+        Err(e) => return Line::fail("containerd", e.to_string(), "fix the file named above"),
+    };
+    if crate::cdi::containerd_reads(root, &settings.cdi_dir, cdi.as_ref()) == Some(false)
+        && let Some(cdi) = &cdi
+    {
+        let (detail, fix) = crate::cdi::unread_dir_message(&settings.cdi_dir, &version.to_string(), cdi);
+        return Line::fail("containerd", detail, fix);
+    }
+    let cdi_note = match cdi.as_ref().filter(|c| c.enabled) {
+        Some(_) => format!("; containerd's own CDI is on and reads {}", settings.cdi_dir),
+        None => String::new(),
+    };
     match env.cri_runtimes() {
         Ok(loaded) if loaded.contains_key(&settings.handler) => Line::ok(
             "containerd",
             format!(
-                "containerd {version} runs handler `{}` with {shim_host} (from {})",
+                "containerd {version} runs handler `{}` with {shim_host} (from {}){cdi_note}",
                 settings.handler, runtime.defined_in
             ),
         ),
@@ -640,6 +668,7 @@ mod tests {
         loaded: Vec<String>,
         container: std::result::Result<(i32, String), String>,
         ran: RefCell<Vec<TestContainer>>,
+        version: ContainerdVersion,
     }
 
     impl DoctorEnv for FakeEnv {
@@ -647,7 +676,7 @@ mod tests {
             self.inventory.clone()
         }
         fn containerd_version(&self) -> std::result::Result<ContainerdVersion, String> {
-            Ok(ContainerdVersion::new(1, 7, 20))
+            Ok(self.version.clone())
         }
         fn cri_runtimes(&self) -> std::result::Result<BTreeMap<String, (String, String)>, String> {
             Ok(self
@@ -738,7 +767,73 @@ mod tests {
             loaded: vec!["runc".into(), "nvidia".into()],
             container,
             ran: RefCell::new(Vec::new()),
+            version: ContainerdVersion::new(1, 7, 20),
         }
+    }
+
+    fn containerd_line(lines: &[Line]) -> &Line {
+        lines.iter().find(|l| l.phase == "containerd").unwrap()
+    }
+
+    #[test]
+    fn with_containerds_own_cdi_on_the_spec_dir_must_be_one_it_reads() {
+        let node = healthy_node("550.54.15");
+        let mut env = env(Ok((0, "GPU 0: x\n".into())));
+        // 2.x: CDI on by default, default dirs include /var/run/cdi.
+        env.version = ContainerdVersion::new(2, 1, 9);
+        let lines = check(&settings(&node), &args(), &env);
+        let line = containerd_line(&lines);
+        assert_eq!(line.status, Status::Ok, "{line:?}");
+        assert!(line.detail.contains("own CDI is on"), "{line:?}");
+
+        let mut s = settings(&node);
+        s.cdi_dir = "/opt/cdi".into();
+        let lines = check(&s, &args(), &env);
+        let line = containerd_line(&lines);
+        assert_eq!(line.status, Status::Fail, "{line:?}");
+        assert!(line.detail.contains("/opt/cdi") && line.detail.contains("its default"), "{line:?}");
+        assert!(line.fix.as_deref().unwrap_or_default().contains("--cdi-dir=/etc/cdi"), "{line:?}");
+        assert_eq!(lines.last().unwrap().status, Status::Skip, "the container phase waits");
+
+        // 1.7: CDI off by default, any dir serves (the shim resolves) ...
+        env.version = ContainerdVersion::new(1, 7, 20);
+        assert_eq!(containerd_line(&check(&s, &args(), &env)).status, Status::Ok);
+        // ... unless the config turns it on.
+        fs::write(
+            node.dir.path().join("etc/containerd/config.toml"),
+            "version = 2\nimports = [\"/etc/containerd/conf.d/99-nvinject.toml\"]\n\
+             [plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\ncdi_spec_dirs = [\"/etc/cdi\"]\n",
+        )
+        .unwrap();
+        // 1.x: the drop-in's CRI section replaces the main file's; put the setting in the drop-in.
+        let drop_in = node.dir.path().join("etc/containerd/conf.d/99-nvinject.toml");
+        let text = fs::read_to_string(&drop_in).unwrap();
+        fs::write(
+            &drop_in,
+            text.replace(
+                "version = 2\n",
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\ncdi_spec_dirs = [\"/etc/cdi\"]\n",
+            ),
+        )
+        .unwrap();
+        let lines = check(&settings(&node), &args(), &env);
+        let line = containerd_line(&lines);
+        assert_eq!(line.status, Status::Fail, "{line:?}");
+        assert!(line.detail.contains("99-nvinject.toml") && line.detail.contains("/var/run/cdi"), "{line:?}");
+    }
+
+    #[test]
+    fn a_container_refused_by_containerds_cdi_points_at_the_spec_dirs_not_the_image() {
+        let node = healthy_node("550.54.15");
+        let env = env(Err(
+            "CreateContainer: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all"
+                .into(),
+        ));
+        let lines = check(&settings(&node), &args(), &env);
+        let line = lines.last().unwrap();
+        assert_eq!((line.phase, line.status), ("container", Status::Fail), "{line:?}");
+        let fix = line.fix.as_deref().unwrap_or_default();
+        assert!(fix.contains("cdi_spec_dirs") && !fix.contains("image exists"), "{line:?}");
     }
 
     fn statuses(lines: &[Line]) -> Vec<(&'static str, Status)> {

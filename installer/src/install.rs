@@ -277,6 +277,15 @@ impl Installer<'_> {
             plan.main = MainChange::Update(sources.main.clone().unwrap_or_default());
         }
         let mut warnings = plan.warnings.clone();
+        // containerd's own CDI (2.x's default) resolves the annotations before our shim: it must
+        // read the directory the spec goes to.
+        let cdi = containerd::effective_cdi(&sources, &containerd)?;
+        if crate::cdi::containerd_reads(&s.host_root, &s.cdi_dir, cdi.as_ref()) == Some(false)
+            && let Some(cdi) = &cdi
+        {
+            let (detail, fix) = crate::cdi::unread_dir_message(&s.cdi_dir, &containerd.to_string(), cdi);
+            warnings.push(format!("{detail}: {fix}"));
+        }
 
         let mut binaries = Vec::new();
         for (name, required) in BINARIES {

@@ -21,6 +21,9 @@ impl RuntimeConfigWriter for ShimConfig {
             config.cdi.spec_dirs.push(cdi_dir);
         }
         config.regenerate.sys_root = PathBuf::from(&settings.sys_root);
+        // MIG capability minors are read from <proc root>/driver/nvidia-caps: without this the
+        // shim's regeneration looks in the host's /proc and refuses every GPU container.
+        config.regenerate.proc_root = PathBuf::from(&settings.proc_root);
         config.regenerate.driver_root = Some(PathBuf::from(&settings.driver_root));
         config.regenerate.dev_root = Some(PathBuf::from(&settings.dev_root));
         config.regenerate.hook_path = Some(PathBuf::from(settings.hook_path()));
@@ -71,6 +74,17 @@ mod tests {
         let text = ShimConfig.render(&settings, RuntimeMode::RuntimePath).unwrap();
         let parsed = Config::parse(&text, std::path::Path::new("config.toml")).unwrap();
         assert_eq!(parsed.regenerate.mps_pipe_dir, Some(PathBuf::from("/run/nvidia/mps")));
+    }
+
+    #[test]
+    fn proc_and_sys_roots_are_passed_to_the_shim() {
+        let mut settings = Settings::defaults(HostRoot::new("/host"), PathBuf::from("/opt/bin"));
+        settings.proc_root = "/run/nvidia/proc".into();
+        settings.sys_root = "/run/nvidia/sys".into();
+        let text = ShimConfig.render(&settings, RuntimeMode::RuntimePath).unwrap();
+        let parsed = Config::parse(&text, std::path::Path::new("config.toml")).unwrap();
+        assert_eq!(parsed.regenerate.proc_root, PathBuf::from("/run/nvidia/proc"), "{text}");
+        assert_eq!(parsed.regenerate.sys_root, PathBuf::from("/run/nvidia/sys"), "{text}");
     }
 
     #[test]

@@ -452,6 +452,18 @@ impl<'h> Ledger<'h> {
         Ok(())
     }
 
+    /// The lock file an earlier shim kept beside a spec (`<spec>.lock`): it goes with the spec we
+    /// created, or the CDI directory would not be empty and would stay. Unlinking a name never
+    /// follows a link planted there.
+    fn remove_spec_lock(&self, spec: &str, undo: &mut Undo) -> Result<()> {
+        let lock = format!("{spec}.lock");
+        if self.root.symlink_metadata(&lock)?.is_some_and(|m| m.is_file()) {
+            fsx::remove_in(&self.root, &lock, self.hook)?;
+            undo.removed.push(lock);
+        }
+        Ok(())
+    }
+
     fn forget(&mut self, path: &str) -> Result<()> {
         if let Some(i) = self.entry_index(path) {
             let entry = self.state.entries.remove(i);
@@ -512,6 +524,9 @@ impl<'h> Ledger<'h> {
                         None => {
                             fsx::remove_in(&self.root, &entry.path, self.hook)?;
                             undo.removed.push(entry.path.clone());
+                            if entry.role == Role::CdiSpec {
+                                self.remove_spec_lock(&entry.path, undo)?;
+                            }
                         }
                     }
                     undo.containerd_changed |= containerd_file;
@@ -671,5 +686,30 @@ mod tests {
         assert!(!dir.path().join("old-drop-in.toml").exists());
         assert!(dir.path().join("new-drop-in.toml").exists());
         assert_eq!(ledger.state().entries.len(), 1);
+    }
+
+    #[test]
+    fn a_created_spec_goes_with_its_lock_and_the_cdi_dirs_but_a_planted_lock_link_stays() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.ensure_dir("/var/run/cdi", 0o755).unwrap();
+        ledger.write_file("/var/run/cdi/nvidia.com-gpu.json", b"{}", 0o644, Role::CdiSpec).unwrap();
+        // The shim regenerated the spec and left its lock beside it.
+        fs::write(dir.path().join("var/run/cdi/nvidia.com-gpu.json"), "{\"new\":1}").unwrap();
+        fs::write(dir.path().join("var/run/cdi/nvidia.com-gpu.json.lock"), "").unwrap();
+        let undo = ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert!(undo.removed.iter().any(|p| p.ends_with(".json.lock")), "{undo:?}");
+        assert!(!dir.path().join("var").exists(), "the CDI dirs the install created are left");
+
+        // A link where the lock would be is not ours: it (and so the directory) stays.
+        let mut ledger = Ledger::load(&root, "/state", &hook).unwrap();
+        ledger.ensure_dir("/cdi", 0o755).unwrap();
+        ledger.write_file("/cdi/s.json", b"{}", 0o644, Role::CdiSpec).unwrap();
+        fs::write(dir.path().join("target"), "keep").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("target"), dir.path().join("cdi/s.json.lock")).unwrap();
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        assert!(fs::symlink_metadata(dir.path().join("cdi/s.json.lock")).is_ok());
+        assert_eq!(fs::read_to_string(dir.path().join("target")).unwrap(), "keep");
     }
 }

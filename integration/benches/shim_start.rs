@@ -4,7 +4,9 @@
 //! sudo cargo bench -p nvinject-integration --bench shim_start      # NVINJECT_BENCH_RUNS=20 by default
 //! ```
 //!
-//! On the simulated 8-GPU node, one private containerd 1.6 and one image, `ctr run --rm` wall time
+//! On the simulated 8-GPU node, one private containerd (Debian 12's 1.6, or the build
+//! `NVINJECT_CONTAINERD=1.7|2.1` selects, see `nvinject_integration::containerd`; its version is
+//! printed first) and one image, `ctr run --rm` wall time
 //! (container create, start, exit, delete) for, interleaved:
 //! - `runc`: containerd's runc shim alone (`io.containerd.runc.v2`);
 //! - `nvinject`: our runtime, no device requested (the proxy's own overhead);
@@ -194,6 +196,12 @@ fn main() {
     // Info level while timing: at debug, every `start` also writes a timing line (measured below).
     let node = GpuNode::start(&NodeOptions { log_level: "info".into(), ..Default::default() })
         .unwrap_or_else(|e| panic!("node setup: {e}"));
+    // `ctr run` goes around containerd's CRI, so its own CDI (2.x) plays no part in these figures.
+    println!(
+        "containerd: {} (server {})",
+        node.containerd.build.label(),
+        node.containerd.server_version().unwrap_or_else(|_| "?".into())
+    );
     let exit0 = vec![PROBE_PATH.to_owned(), "exit".to_owned(), "0".to_owned()];
     let gpu1 = vec![("cdi.k8s.io/bench".into(), "nvidia.com/gpu=1".into())];
     // (name, run, one-hook-run)

@@ -207,6 +207,7 @@ impl GpuNode {
                     toml_str(NVINJECT_RUNTIME)
                 ),
             )],
+            cdi_spec_dirs: vec![cdi_dir.clone()],
         };
         let containerd = Containerd::start(&base.join("containerd"), &containerd_options)?;
         containerd.import(&built)?;

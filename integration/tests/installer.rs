@@ -1,4 +1,5 @@
-//! The installer against a real containerd 1.6 (issue 6): install into a temporary tree on this
+//! The installer against a real containerd (issue 6; Debian 12's 1.6 by default, the build
+//! `NVINJECT_CONTAINERD` / `NVINJECT_CONTAINERD_CDI` select otherwise, issue 13): install into a temporary tree on this
 //! host, with a Debian-style containerd config, while that containerd runs under a supervisor (as
 //! systemd would run it); the installer restarts it by signal, a pod with handler `nvidia` gets a
 //! GPU of the simulated node through CRI, `doctor` passes, a second install changes nothing and
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nvinject_integration::containerd::{ctr_command, remove_all_containers};
+use nvinject_integration::containerd::{ContainerdBuild, ctr_command, remove_all_containers};
 use nvinject_integration::cri::{ContainerRequest, CriClient};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
 use nvinject_integration::{mounts, namespace, process};
@@ -48,10 +49,10 @@ impl Supervised {
         let pid = Arc::new(AtomicI32::new(0));
         let starts = Arc::new(AtomicU32::new(0));
         let child: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
-        let path = format!(
-            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            path_prepend.display()
-        );
+        let build = ContainerdBuild::selected().unwrap_or_else(|e| panic!("{e}"));
+        // The build's own directory after the shim links: its containerd-shim-runc-v2.
+        let path = build.path_env(&[path_prepend.to_owned()]).unwrap();
+        let containerd = build.containerd();
         let (config, log) = (config.to_owned(), base.join("containerd.log"));
         let nvinject_config = nvinject_config.to_owned();
         let thread = {
@@ -59,7 +60,7 @@ impl Supervised {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     let log_file = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-                    let spawned = Command::new("/usr/bin/containerd")
+                    let spawned = Command::new(&containerd)
                         .arg("--config")
                         .arg(&config)
                         .env("PATH", &path)
@@ -105,8 +106,7 @@ impl Supervised {
     fn wait_answering(&self) {
         let socket = self.socket.clone();
         process::wait_for("containerd to answer", Duration::from_secs(60), || {
-            let out =
-                Command::new("/usr/bin/ctr").arg("--address").arg(&socket).arg("version").output().ok()?;
+            let out = ctr_command(&socket, "default").arg("version").output().ok()?;
             out.status.success().then_some(())
         })
         .unwrap_or_else(|e| panic!("{e}\n{}", self.log_tail()));
@@ -155,22 +155,41 @@ impl Drop for Supervised {
     }
 }
 
-fn containerd_config(t: &Path) -> String {
+fn containerd_config(build: &ContainerdBuild, t: &Path) -> String {
     let p = |rel: &str| serde_json::to_string(&t.join(rel).to_string_lossy()).unwrap();
-    // Debian 12's /etc/containerd/config.toml (version 2, CRI with CNI paths, opt plugin), with
-    // this test's private directories, socket and pause image.
+    let pause = serde_json::to_string(PROBE_IMAGE).unwrap();
+    let head = format!(
+        "version = {}\nroot = {}\nstate = {}\n{}\n[grpc]\n  address = {}\n\n[plugins]\n  \
+         [plugins.\"io.containerd.internal.v1.opt\"]\n    path = {}\n",
+        build.config_version(),
+        p("containerd/root"),
+        p("containerd/state"),
+        build.top_level_config(true),
+        p("containerd/containerd.sock"),
+        p("containerd/opt"),
+    );
+    if build.version == (1, 6) {
+        // Debian 12's /etc/containerd/config.toml (version 2, CRI with CNI paths, opt plugin), with
+        // this test's private directories, socket and pause image.
+        return format!(
+            "{head}  [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = {pause}\n    restrict_oom_score_adj = true\n    \
+             disable_apparmor = true\n    [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = {cni_bin}\n      \
+             conf_dir = {cni_conf}\n",
+            cni_bin = p("containerd/cni-bin"),
+            cni_conf = p("containerd/cni-conf"),
+        );
+    }
+    // Newer versions: their own schema, and with containerd's CDI on, the spec dir the install
+    // writes is the one it reads.
     format!(
-        "version = 2\nroot = {root}\nstate = {state}\n\n[grpc]\n  address = {sock}\n\n[plugins]\n  \
-         [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = {pause}\n    restrict_oom_score_adj = true\n    \
-         disable_apparmor = true\n    [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = {cni_bin}\n      \
-         conf_dir = {cni_conf}\n  [plugins.\"io.containerd.internal.v1.opt\"]\n    path = {opt}\n",
-        root = p("containerd/root"),
-        state = p("containerd/state"),
-        sock = p("containerd/containerd.sock"),
-        pause = serde_json::to_string(PROBE_IMAGE).unwrap(),
-        cni_bin = p("containerd/cni-bin"),
-        cni_conf = p("containerd/cni-conf"),
-        opt = p("containerd/opt"),
+        "{head}{}",
+        build.cri_config(
+            PROBE_IMAGE,
+            &p("containerd/cni-bin"),
+            &p("containerd/cni-conf"),
+            &[],
+            &[t.join("var/run/cdi")]
+        )
     )
 }
 
@@ -222,7 +241,8 @@ fn gpu_pod(
 #[test]
 fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     process::require_root().unwrap_or_else(|e| panic!("{e}"));
-    process::require_file(Path::new("/usr/bin/containerd"), "apt-get install containerd").unwrap();
+    let build = ContainerdBuild::selected().unwrap_or_else(|e| panic!("{e}"));
+    println!("installer integration on {}", build.label());
     let dir = tempfile::Builder::new().prefix("nvinject-inst-").tempdir().unwrap();
     let t = dir.path();
     let cgroup_parent = format!("/nvinject-inst-{}", std::process::id());
@@ -258,7 +278,7 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     for d in ["containerd/cni-bin", "containerd/cni-conf", "usr/local/bin", "run", "var/lib"] {
         fs::create_dir_all(t.join(d)).unwrap();
     }
-    let original = containerd_config(t);
+    let original = containerd_config(build, t);
     fs::write(&config_path, &original).unwrap();
     let socket = t.join("containerd/containerd.sock");
     let supervised = Supervised::start(
@@ -294,18 +314,26 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         format!("--lock-file={}", p("run/nvinject-installer.lock")),
     ];
 
-    // Install: containerd 1.6.20 is detected over its socket, the config changes, containerd is
-    // restarted by SIGHUP through its supervisor and answers again.
+    // Install: the version is detected over its socket (1.6.20 ignores `runtime_path`, so our
+    // runtime type; 1.7 and 2.x take runc's type with `runtime_path`), the config changes (2.x: a
+    // `version = 3` drop-in), containerd is restarted by SIGHUP through its supervisor and answers
+    // again.
     let pid_before = supervised.pid();
     let out = run_installer(&installer, "install", &args);
     assert!(out.status.success(), "install failed\n{}", supervised.log_tail());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("containerd 1.6.20") && stdout.contains("ShimType"), "{stdout}");
+    let (major, minor) = build.version;
+    let mode = if build.version == (1, 6) { "ShimType" } else { "RuntimePath" };
+    assert!(stdout.contains(&format!("containerd {major}.{minor}.")) && stdout.contains(mode), "{stdout}");
     assert!(stdout.contains("containerd restarted and answering"), "{stdout}");
     assert_ne!(supervised.pid(), pid_before, "containerd was not restarted");
     assert_eq!(supervised.starts(), 2);
     let drop_in = t.join("etc/containerd/conf.d/99-nvinject.toml");
     assert!(fs::read_to_string(&config_path).unwrap().contains(&drop_in.to_string_lossy().into_owned()));
+    if build.is_v2() {
+        let text = fs::read_to_string(&drop_in).unwrap();
+        assert!(text.contains("version = 3") && text.contains("io.containerd.cri.v1.runtime"), "{text}");
+    }
 
     // A pod with handler `nvidia` asking for GPU 1 by CDI annotation sees exactly that GPU.
     let mut cri = CriClient::connect(&socket).unwrap();
@@ -335,6 +363,24 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         );
     }
 
+    // With containerd's own CDI on, a spec dir it does not read is caught by doctor, pointing at
+    // cdi_spec_dirs (not at the image).
+    if build.cdi {
+        let mut wrong = doctor_args.clone();
+        for a in wrong.iter_mut().filter(|a| a.starts_with("--cdi-dir=")) {
+            *a = format!("--cdi-dir={}", p("opt/cdi"));
+        }
+        let out = run_installer(&installer, "doctor", &wrong);
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "doctor passed with a dir containerd does not read:\n{report}");
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with("FAIL") && l.contains("containerd") && l.contains("cdi_spec_dirs")),
+            "{report}"
+        );
+    }
+
     // A second install changes nothing and restarts nothing.
     let pid_installed = supervised.pid();
     let out = run_installer(&installer, "install", &args);
@@ -344,6 +390,9 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     assert_eq!(supervised.pid(), pid_installed);
     assert_eq!(supervised.starts(), 2);
 
+    // An earlier shim kept its regeneration lock beside the spec: uninstall takes it with the spec,
+    // so the CDI directories the install created go too.
+    fs::write(t.join("var/run/cdi/nvidia.com-gpu.json.lock"), "").unwrap();
     // Uninstall: the config is restored byte for byte, our files are gone, containerd restarted.
     let out = run_installer(&installer, "uninstall", &args);
     assert!(out.status.success(), "uninstall failed\n{}", supervised.log_tail());
@@ -353,6 +402,7 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
         "usr/local/nvinject",
         "usr/local/bin/containerd-shim-nvinject-v2",
         "var/run/cdi",
+        "var/run",
         "etc/nvinject",
         "var/lib/nvinject",
         "node/host/dev/char",

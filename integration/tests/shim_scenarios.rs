@@ -1,5 +1,6 @@
-//! Issue 4's scenarios on real parts: a private containerd 1.6 and runc from Debian, our shim and
-//! hook as containerd runs them, the probe reporting from inside each container, on the simulated
+//! Issue 4's scenarios on real parts: a private containerd (Debian 12's 1.6 by default;
+//! `NVINJECT_CONTAINERD=1.7` or `2.1`, and `NVINJECT_CONTAINERD_CDI=on|off`, pick another build, see
+//! `nvinject_integration::containerd`) and runc from Debian, our shim and hook as containerd runs them, the probe reporting from inside each container, on the simulated
 //! 8-GPU node (and the MIG preset for scenario 5). Needs root (CI runs as root).
 //!
 //! The tests run one at a time (they share two CPU cores and the host's `/run/containerd/s`).
@@ -64,6 +65,19 @@ fn create_line(node: &GpuNode, id: &str) -> Value {
 
 fn annotation(value: &str) -> Vec<(String, String)> {
     vec![("cdi.k8s.io/test".into(), value.into())]
+}
+
+/// The containerd under test is the one selected, and the output says which (CI runs this file once
+/// per version).
+#[test]
+fn s0_the_selected_containerd_is_the_one_running() {
+    let _s = serial();
+    let node = node("h100x8");
+    let build = &node.containerd.build;
+    let version = node.containerd.server_version().unwrap();
+    println!("shim scenarios on {} (server {version})", build.label());
+    let (major, minor) = build.version;
+    assert!(version.starts_with(&format!("{major}.{minor}.")), "{} runs {version}", build.label());
 }
 
 #[test]
@@ -296,10 +310,19 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
         assert_eq!(gpu_nodes(&report), [(format!("/dev/nvidia{gpu}"), "ENXIO".to_owned())], "{name}");
         let smi = smi_lines(&report);
         assert!(smi.len() == 1 && smi[0].contains(&node.gpu_uuid(gpu)), "{name}: {smi:?}");
+        // containerd's own CDI (2.x's default) resolves the annotation before the shim sees the
+        // container: the shim finds the edits there and adds nothing twice.
+        let line = create_line(&node, &id);
+        if node.containerd.build.cdi {
+            assert_eq!(line["already_present"], format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)), "{line}");
+        } else {
+            assert_eq!(line["injected"], format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)), "{line}");
+        }
         ids.push(id);
     }
-    // A container asking for a device the node does not have: CRI's StartContainer (where
-    // containerd sends the task Create) fails with the shim's reason; the pod keeps working.
+    // A container asking for a device the node does not have fails with a reason naming it: with
+    // containerd's CDI on, at CreateContainer (containerd resolves it); off, at StartContainer
+    // (where containerd sends the task Create) with the shim's reason. The pod keeps working.
     let bad = ContainerRequest {
         name: "bad".into(),
         image: nvinject_integration::node::PROBE_IMAGE.into(),
@@ -307,12 +330,17 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
         annotations: HashMap::from([("cdi.k8s.io/x".to_owned(), "nvidia.com/gpu=42".to_owned())]),
         ..Default::default()
     };
-    let bad_id = cri.create_container(&pod, &bad).unwrap();
-    let err = cri.start_container(&bad_id).unwrap_err().to_string();
-    assert!(
-        err.contains("nvidia.com/gpu=42") && err.contains(&node.cdi_dir.to_string_lossy().into_owned()),
-        "{err}"
-    );
+    if node.containerd.build.cdi {
+        let err = cri.create_container(&pod, &bad).unwrap_err().to_string();
+        assert!(err.contains("nvidia.com/gpu=42") && err.contains("unresolvable CDI devices"), "{err}");
+    } else {
+        let bad_id = cri.create_container(&pod, &bad).unwrap();
+        let err = cri.start_container(&bad_id).unwrap_err().to_string();
+        assert!(
+            err.contains("nvidia.com/gpu=42") && err.contains(&node.cdi_dir.to_string_lossy().into_owned()),
+            "{err}"
+        );
+    }
 
     // One proxy serves the whole pod.
     let proxies: Vec<_> = node
@@ -372,9 +400,12 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
     let out = node.base().join("direct.out");
 
     let client = ttrpc::Client::connect(proxy_socket).unwrap();
+    // containerd 2.x's runc shim serves the task API as v3 only (same messages).
+    let service =
+        if node.containerd.build.is_v2() { "containerd.task.v3.Task" } else { "containerd.task.v2.Task" };
     let call = |method: &str, payload: Vec<u8>| -> Vec<u8> {
         let req = ttrpc::proto::Request {
-            service: "containerd.task.v2.Task".into(),
+            service: service.into(),
             method: method.into(),
             payload,
             timeout_nano: Duration::from_secs(60).as_nanos() as i64,
@@ -412,24 +443,7 @@ fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
     let old: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
     assert_eq!(old["annotations"]["nvinject.io/driver-version"], "550.54.15");
 
-    // Upgrade: the same node with driver 555.42.02, rebuilt in place.
-    let simnode = nvinject_simnode::artifacts::simnode_bin("nvinject-simnode");
-    let out =
-        process::run(std::process::Command::new(&simnode).args(["describe", "--preset", "h100x8"])).unwrap();
-    let mut description: Value = serde_json::from_slice(&out.stdout).unwrap();
-    description["driver"]["version"] = Value::String("555.42.02".into());
-    let desc_path = node.base().join("upgraded.json");
-    std::fs::write(&desc_path, serde_json::to_vec(&description).unwrap()).unwrap();
-    process::run(
-        std::process::Command::new(&simnode)
-            .arg("build")
-            .arg("--node")
-            .arg(&desc_path)
-            .arg("--out")
-            .arg(&node.sim)
-            .arg("--force"),
-    )
-    .unwrap();
+    upgrade_driver(&node, "555.42.02");
 
     let run = node
         .run("s9", &RunOptions { annotations: annotation("nvidia.com/gpu=1"), ..Default::default() })
@@ -457,6 +471,142 @@ fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
     assert_eq!(again.status, 0, "{}", again.stderr);
     assert_eq!(create_line(&node, "s9-again")["regenerated"], "[]");
     node.assert_no_leftovers(&["s9", "s9-again"]);
+}
+
+/// A driver upgrade: the same node with driver `version` (it starts with 550.54.15), rebuilt in place.
+fn upgrade_driver(node: &GpuNode, version: &str) {
+    let simnode = nvinject_simnode::artifacts::simnode_bin("nvinject-simnode");
+    let out =
+        process::run(std::process::Command::new(&simnode).args(["describe", "--preset", "h100x8"])).unwrap();
+    let mut description: Value = serde_json::from_slice(&out.stdout).unwrap();
+    description["driver"]["version"] = Value::String(version.into());
+    let desc_path = node.base().join("upgraded.json");
+    std::fs::write(&desc_path, serde_json::to_vec(&description).unwrap()).unwrap();
+    process::run(
+        std::process::Command::new(&simnode)
+            .arg("build")
+            .arg("--node")
+            .arg(&desc_path)
+            .arg("--out")
+            .arg(&node.sim)
+            .arg("--force"),
+    )
+    .unwrap();
+}
+
+/// Self-healing where containerd's own CDI resolves the annotation (2.x's default) before the shim
+/// could regenerate: the device plugin checks the spec against the loaded driver before it
+/// answers Allocate (`nvinject_device_plugin::freshness`, the very code its Allocate runs, over the
+/// node's roots and the real `nvinject-cdi`), so the spec containerd reads for the next GPU
+/// container is the new driver's. Through CRI (`ctr run` bypasses containerd's CDI), on every
+/// version: with CDI off the shim finds the spec fresh and injects it. With CDI on, a control
+/// container started without the check shows that containerd alone would not heal.
+#[test]
+fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no_human_step() {
+    use nvinject_device_plugin::freshness::{Outcome, SpecFreshness, generate_args};
+    let _s = serial();
+    let node =
+        GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let (proc_root, sys_root) = (node.sim.join("host/proc"), node.sim.join("host/sys"));
+    let hook = node.bin_dir.join("nvinject-hook");
+    let freshness = SpecFreshness::new(
+        node.spec_path.clone(),
+        sys_root.clone(),
+        proc_root.clone(),
+        nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi"),
+        generate_args(&node.spec_path, &node.driver_root, &node.dev_root, &proc_root, &sys_root, &hook),
+    );
+    let mut cri = CriClient::connect(&node.containerd.socket).unwrap();
+    let pod = cri
+        .run_pod(
+            "healpod",
+            "nvidia",
+            &node.base().join("pod-logs"),
+            &node.containerd.cgroup_parent(),
+            HashMap::new(),
+        )
+        .unwrap_or_else(|e| panic!("{e}\ncontainerd log:\n{}", node.containerd.log_tail(40)));
+    // What the plugin does before it answers the Allocate for this container (`check`), then the
+    // container through CRI: its report and id, or why it did not run.
+    let mut gpu_container =
+        |name: &str, gpu: usize, check: bool| -> Result<(Value, String, Option<Outcome>), String> {
+            let checked = check.then(|| freshness.ensure_fresh().unwrap_or_else(|e| panic!("{name}: {e}")));
+            let req = ContainerRequest {
+                name: name.into(),
+                image: nvinject_integration::node::PROBE_IMAGE.into(),
+                command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+                annotations: HashMap::from([(
+                    "cdi.k8s.io/nvinject-device-plugin_heal".to_owned(),
+                    format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)),
+                )]),
+                ..Default::default()
+            };
+            let id = cri.create_container(&pod, &req).map_err(|e| e.to_string())?;
+            cri.start_container(&id).map_err(|e| e.to_string())?;
+            let code = cri.wait_exited(&id, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            let logs = cri.logs(&pod, name);
+            println!("{name} on {}: plugin check {checked:?}, exit {code}", node.containerd.build.label());
+            Ok((parse_report(&logs).ok_or(format!("exit {code}, no report: {logs}"))?, id, checked))
+        };
+    let ran = |r: Result<(Value, String, Option<Outcome>), String>| {
+        r.unwrap_or_else(|e| panic!("{e}\n{}", node.containerd.log_tail(40)))
+    };
+
+    let (before, _, _) = ran(gpu_container("before", 1, true));
+    assert!(before["mounts"].to_string().contains("libnvidia-ml.so.550.54.15"), "{}", before["mounts"]);
+
+    upgrade_driver(&node, "555.42.02");
+    let mut old = "550.54.15";
+    let mut new = "555.42.02";
+    if node.containerd.build.cdi {
+        // The control: without the check, containerd resolves the stale spec itself and this
+        // container does not get the new driver (it fails on the old driver's missing files, or
+        // runs with them). Our shim, seeing the stale spec behind containerd's edits, regenerates
+        // it for the next container: too late for this one.
+        match gpu_container("unchecked", 3, false) {
+            Err(e) => assert!(e.contains(old), "{e}"),
+            Ok((report, _, _)) => {
+                assert!(
+                    !report["mounts"].to_string().contains(new),
+                    "containerd read a fresh spec by itself?"
+                )
+            }
+        }
+        // So the plugin's check gets its own upgrade to catch.
+        upgrade_driver(&node, "560.35.03");
+        (old, new) = (new, "560.35.03");
+    }
+    let (after, id, checked) = ran(gpu_container("after", 2, true));
+    assert_eq!(
+        checked,
+        Some(Outcome::Regenerated { from: old.into(), to: new.into() }),
+        "the plugin's check"
+    );
+    let mounted = after["mounts"].to_string();
+    assert!(
+        mounted.contains(&format!("libnvidia-ml.so.{new}"))
+            && !mounted.contains(old)
+            && !mounted.contains("550.54.15"),
+        "{mounted}"
+    );
+    assert!(ldconfig_has(&after, &format!("libnvidia-glcore.so.{new}")), "{}", after["ldconfig"]);
+    assert_eq!(gpu_nodes(&after), [("/dev/nvidia2".to_owned(), "ENXIO".to_owned())]);
+    let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
+    assert_eq!(spec["annotations"]["nvinject.io/driver-version"], new);
+    // The plugin's check regenerated it (printed above as `Regenerated`); who applied the new spec:
+    // containerd itself when its CDI is on, else our shim, which found it fresh and did not
+    // regenerate again.
+    let line = create_line(&node, &id);
+    let name = format!("nvidia.com/gpu={}", node.gpu_uuid(2));
+    if node.containerd.build.cdi {
+        assert_eq!(line["already_present"], name, "{line}");
+    } else {
+        assert_eq!(line["injected"], name, "{line}");
+    }
+    assert_eq!(line["regenerated"], "[]", "{line}");
+    // The next check finds the spec fresh: one regeneration per driver change.
+    assert_eq!(freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+    cri.remove_pod(&pod).unwrap();
 }
 
 /// The injected mounts of a report, in the order the kernel lists them: target, options,

@@ -7,7 +7,8 @@
 //! NVML. The edges are small: [`events`] (NVML behind the `XidSource` trait), [`service`] (tonic
 //! handlers that translate and delegate), [`lifecycle`] (sockets, registration, re-registration),
 //! [`transport`] (unix sockets; old kubelets' `:authority` fixed by the pure [`authority`]) and
-//! [`metrics`]. This crate never writes CDI specs, never touches the kubelet's state beyond
+//! [`metrics`], and [`freshness`], which keeps the CDI spec current before containerd's own CDI reads
+//! it (by running `nvinject-cdi`: this crate never writes CDI specs itself). It never touches the kubelet's state beyond
 //! its own sockets, and never panics on what the kubelet or a config file sends it.
 
 pub mod allocate;
@@ -17,6 +18,7 @@ pub mod config;
 pub mod devnodes;
 pub mod error;
 pub mod events;
+pub mod freshness;
 pub mod health;
 mod hpack;
 pub mod labels;

@@ -19,6 +19,7 @@ use nvinject_device_plugin::config::{
 };
 use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
 use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
+use nvinject_device_plugin::freshness::{self, SpecFreshness};
 use nvinject_device_plugin::health::{HealthSnapshot, HealthTracker, TrackedDevice};
 use nvinject_device_plugin::labels;
 use nvinject_device_plugin::lifecycle::{Timing, remove_stale_sockets, run_resource};
@@ -90,6 +91,23 @@ struct Cli {
     /// Print the resolved configuration as JSON and exit.
     #[arg(long)]
     print_config: bool,
+    /// The CDI spec to keep fresh for containerd's own CDI (containerd 2.x's default): checked
+    /// against the loaded driver before every Allocate and every --driver-watch-interval, and
+    /// regenerated with --cdi-generator when stale or missing. Empty: no checks.
+    #[arg(long, env = "NVINJECT_CDI_SPEC")]
+    cdi_spec: Option<PathBuf>,
+    /// `nvinject-cdi`, run as `generate --driver-root ... --output <cdi-spec>` to regenerate.
+    #[arg(long, env = "NVINJECT_CDI_GENERATOR", default_value = "/usr/local/nvinject/bin/nvinject-cdi")]
+    cdi_generator: PathBuf,
+    /// The hook path the regenerated spec names.
+    #[arg(long, env = "NVINJECT_CDI_HOOK_PATH", default_value = "/usr/local/nvinject/bin/nvinject-hook")]
+    cdi_hook_path: PathBuf,
+    /// Sys root, where the loaded driver's version is read (`module/nvidia/version`).
+    #[arg(long, env = "NVINJECT_SYS_ROOT", default_value = "/sys")]
+    sys_root: PathBuf,
+    /// How often the spec is checked between Allocates (Go duration, above 0).
+    #[arg(long, env = "NVINJECT_DRIVER_WATCH_INTERVAL", default_value = "10s")]
+    driver_watch_interval: GoDuration,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -252,9 +270,42 @@ fn run(cli: Cli) -> Result<()> {
         tracing::warn!(warning = w.as_str(), "resource plan");
     }
     write_labels(&settings, &inventory, &plan);
-    let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll))?;
+    let freshness = spec_freshness(&cli, &settings)?;
+    let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll, freshness))?;
     drop(runtime);
     finish(signal)
+}
+
+/// The spec check, when `--cdi-spec` is set: over the plugin's driver, dev and proc roots.
+fn spec_freshness(
+    cli: &Cli,
+    settings: &Settings,
+) -> Result<Option<(Arc<SpecFreshness>, std::time::Duration)>> {
+    let Some(spec) = cli.cdi_spec.as_ref().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(None);
+    };
+    if cli.driver_watch_interval.0.is_zero() {
+        anyhow::bail!(
+            "--driver-watch-interval (NVINJECT_DRIVER_WATCH_INTERVAL) is 0: give a positive interval such as 10s"
+        );
+    }
+    let args = freshness::generate_args(
+        spec,
+        &settings.driver_root,
+        &settings.dev_root,
+        &settings.proc_root,
+        &cli.sys_root,
+        &cli.cdi_hook_path,
+    );
+    let f = SpecFreshness::new(
+        spec.clone(),
+        cli.sys_root.clone(),
+        settings.proc_root.clone(),
+        cli.cdi_generator.clone(),
+        args,
+    );
+    tracing::info!(spec = %spec.display(), generator = %cli.cdi_generator.display(), "keeping the CDI spec fresh");
+    Ok(Some((Arc::new(f), cli.driver_watch_interval.0)))
 }
 
 /// After a clean stop: exit, or on SIGHUP start again from scratch (config re-read, GPUs
@@ -290,7 +341,13 @@ fn write_labels(settings: &Settings, inventory: &nvinject_gpu::Inventory, plan: 
     }
 }
 
-async fn serve(settings: Settings, nvml: nvml_wrapper::Nvml, plan: Plan, poll: GoDuration) -> Result<Stop> {
+async fn serve(
+    settings: Settings,
+    nvml: nvml_wrapper::Nvml,
+    plan: Plan,
+    poll: GoDuration,
+    freshness: Option<(Arc<SpecFreshness>, std::time::Duration)>,
+) -> Result<Stop> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::default());
     let tracked: Vec<TrackedDevice> = plan
@@ -357,6 +414,16 @@ async fn serve(settings: Settings, nvml: nvml_wrapper::Nvml, plan: Plan, poll: G
         tracing::warn!("no devices to advertise; waiting until stopped");
     }
 
+    // The driver-version watch: a driver upgraded between Allocates is noticed within one interval,
+    // also for containers that do not pass through Allocate again (restarts in a running pod).
+    if let Some((f, interval)) = &freshness {
+        let (f, interval, stop) = (f.clone(), *interval, stop_health.clone());
+        std::thread::Builder::new()
+            .name("cdi-spec-watch".into())
+            .spawn(move || f.watch(interval, &stop))
+            .context("cannot start the CDI spec watch thread")?;
+    }
+    let freshness = freshness.map(|(f, _)| f);
     let control_nodes = Arc::new(plan.control_nodes);
     let topology = Arc::new(plan.topology);
     let contexts: Vec<Arc<ResourceContext>> = plan
@@ -369,6 +436,7 @@ async fn serve(settings: Settings, nvml: nvml_wrapper::Nvml, plan: Plan, poll: G
                 control_nodes: control_nodes.clone(),
                 topology: topology.clone(),
                 metrics: metrics.clone(),
+                freshness: freshness.clone(),
             })
         })
         .collect();

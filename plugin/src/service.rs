@@ -27,6 +27,9 @@ pub struct ResourceContext {
     pub topology: Arc<Topology>,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// The CDI spec checked against the loaded driver before Allocate answers (containerd's own
+    /// CDI reads it before our shim could regenerate it); `None` when not configured.
+    pub freshness: Option<Arc<crate::freshness::SpecFreshness>>,
 }
 
 /// The options this plugin registers with and reports.
@@ -186,6 +189,14 @@ impl api::device_plugin_server::DevicePlugin for PluginService {
         let ctx = &self.ctx;
         let name = ctx.resource.name.as_str();
         let requests = request.into_inner().container_requests;
+        if let Some(freshness) = ctx.freshness.clone() {
+            let checked = tokio::task::spawn_blocking(move || freshness.ensure_fresh()).await;
+            if let Err(e) = checked.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
+                ctx.metrics.allocation(name, false, requests.len() as u64);
+                tracing::error!(resource = name, error = %e, "Allocate refused: the CDI spec is not fresh");
+                return Err(Status::unavailable(e));
+            }
+        }
         let mut container_responses = Vec::with_capacity(requests.len());
         for (i, c) in requests.iter().enumerate() {
             match allocate(&ctx.resource, &ctx.settings, &ctx.control_nodes, i, &c.devices_ids) {

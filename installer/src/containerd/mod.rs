@@ -6,8 +6,8 @@ pub mod plan;
 pub mod version;
 
 pub use plan::{
-    ConfigSources, MainChange, Plan, RuntimeMode, RuntimeRequest, SourceFile, effective_runtime, plan,
-    remove_import,
+    ConfigSources, EffectiveCdi, MainChange, Plan, RuntimeMode, RuntimeRequest, SourceFile, effective_cdi,
+    effective_runtime, plan, remove_import,
 };
 pub use version::{ContainerdVersion, VersionParseError};
 

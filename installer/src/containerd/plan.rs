@@ -289,6 +289,61 @@ pub fn effective_runtime(
     }))
 }
 
+/// containerd's own CDI, as the CRI plugin will run it once every file is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveCdi {
+    /// `enable_cdi`: containerd resolves `cdi.k8s.io/` annotations itself, before any shim.
+    pub enabled: bool,
+    /// `cdi_spec_dirs`: the only directories it reads specs from.
+    pub spec_dirs: Vec<String>,
+    /// The file that set `enable_cdi` (the last in load order), `None` for containerd's default.
+    pub defined_in: Option<String>,
+}
+
+/// containerd's default `cdi_spec_dirs`.
+pub const DEFAULT_CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// The CDI settings the CRI plugin of `containerd` will run with, across the main file and its
+/// imports (our drop-in included); `None` for a containerd without CDI of its own (before 1.7).
+pub fn effective_cdi(
+    sources: &ConfigSources,
+    containerd: &ContainerdVersion,
+) -> Result<Option<EffectiveCdi>, PlanError> {
+    if !containerd.has_cdi() {
+        return Ok(None);
+    }
+    let mut cdi = EffectiveCdi {
+        enabled: containerd.cdi_enabled_by_default(),
+        spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(|d| (*d).to_owned()).collect(),
+        defined_in: None,
+    };
+    let Some(text) = &sources.main else { return Ok(Some(cdi)) };
+    let main = parse(&sources.main_path, text)?;
+    let (version, _) = detect_version(&main)?;
+    let imported = sources.imported.iter().map(|f| parse(&f.path, &f.text)).collect::<Result<Vec<_>, _>>()?;
+    let files: Vec<&Parsed> = std::iter::once(&main).chain(imported.iter()).collect();
+    let cri_key = version.cri_runtime_plugin();
+    let Some(cri) = effective_cri(&files, cri_key, containerd.merges_plugin_sections())? else {
+        return Ok(Some(cdi));
+    };
+    if let Some(enabled) = cri.get("enable_cdi").and_then(Item::as_bool) {
+        cdi.enabled = enabled;
+        cdi.defined_in = files
+            .iter()
+            .rev()
+            .find(|f| {
+                plugin_item(f, cri_key)
+                    .and_then(Item::as_table_like)
+                    .is_some_and(|t| t.contains_key("enable_cdi"))
+            })
+            .map(|f| f.path.clone());
+    }
+    if let Some(dirs) = cri.get("cdi_spec_dirs").and_then(Item::as_array) {
+        cdi.spec_dirs = dirs.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+    }
+    Ok(Some(cdi))
+}
+
 fn parse(path: &str, text: &str) -> Result<Parsed, PlanError> {
     let doc = text
         .parse::<DocumentMut>()
@@ -715,4 +770,49 @@ fn add_import(file: &mut Parsed, drop_in: &str) -> Result<(), PlanError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cdi_tests {
+    use super::*;
+
+    fn sources(main: Option<&str>, imported: &[(&str, &str)]) -> ConfigSources {
+        ConfigSources {
+            main_path: "/etc/containerd/config.toml".into(),
+            main: main.map(str::to_owned),
+            imported: imported
+                .iter()
+                .map(|(p, t)| SourceFile { path: (*p).to_owned(), text: (*t).to_owned() })
+                .collect(),
+            imported_before_drop_in: 0,
+        }
+    }
+
+    #[test]
+    fn each_versions_defaults_and_config_decide_containerds_cdi() {
+        let v16 = ContainerdVersion::new(1, 6, 20);
+        let v17 = ContainerdVersion::new(1, 7, 24);
+        let v21 = ContainerdVersion::new(2, 1, 9);
+        assert_eq!(effective_cdi(&sources(None, &[]), &v16).unwrap(), None, "1.6 has no CDI of its own");
+        let off = effective_cdi(&sources(None, &[]), &v17).unwrap().unwrap();
+        assert!(!off.enabled && off.spec_dirs == DEFAULT_CDI_SPEC_DIRS && off.defined_in.is_none());
+        let on = effective_cdi(&sources(Some("version = 3\n"), &[]), &v21).unwrap().unwrap();
+        assert!(on.enabled && on.spec_dirs == DEFAULT_CDI_SPEC_DIRS);
+
+        // 2.x, version 3: the runtime plugin holds it; an import merges key by key.
+        let main = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = false\n";
+        let drop_in =
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\ncdi_spec_dirs = [\"/run/cdi\"]\n";
+        let c = effective_cdi(&sources(Some(main), &[("/etc/containerd/conf.d/x.toml", drop_in)]), &v21)
+            .unwrap()
+            .unwrap();
+        assert!(!c.enabled, "{c:?}");
+        assert_eq!(c.spec_dirs, ["/run/cdi"]);
+        assert_eq!(c.defined_in.as_deref(), Some("/etc/containerd/config.toml"));
+
+        // A version 2 file on 2.x: the old CRI plugin id.
+        let v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\ncdi_spec_dirs = [\"/x\"]\n";
+        let c = effective_cdi(&sources(Some(v2), &[]), &v17).unwrap().unwrap();
+        assert!(c.enabled && c.spec_dirs == ["/x"], "{c:?}");
+    }
 }

@@ -84,6 +84,16 @@ impl ContainerdVersion {
         self.major >= 2
     }
 
+    /// Whether the CRI plugin has its own CDI (`enable_cdi`, `cdi_spec_dirs`): 1.7 and later.
+    pub fn has_cdi(&self) -> bool {
+        (self.major, self.minor) >= (1, 7)
+    }
+
+    /// `enable_cdi` when the config does not set it: off on 1.7, on from 2.0.
+    pub fn cdi_enabled_by_default(&self) -> bool {
+        self.major >= 2
+    }
+
     /// The highest config `version` this containerd reads.
     pub fn max_config_version(&self) -> u8 {
         if self.major >= 2 { 3 } else { 2 }

@@ -1,0 +1,425 @@
+//! Keeps the CDI spec fresh *before* containerd reads it.
+//!
+//! containerd 2.x (and 1.7 with `enable_cdi = true`) resolves the `cdi.k8s.io/` annotations this
+//! plugin hands out itself, in its CRI plugin, before our shim sees the container: the shim then
+//! finds the edits already applied and its own stale-spec regeneration never runs. After a driver
+//! upgrade containerd would inject the old driver's paths (or fail the container when the spec is
+//! missing). So the plugin, which every GPU container's request passes through first, checks the
+//! spec against the loaded driver before it answers Allocate and regenerates it with `nvinject-cdi`
+//! when it is stale or missing; a periodic watch does the same between requests, so a spec is stale
+//! at most one watch interval even for containers that do not pass through Allocate again (a pod's
+//! restarted containers).
+//!
+//! Staleness is decided exactly as the shim decides it: the spec's `nvinject.io/driver-version`
+//! annotation against the loaded module's version (`<sys>/module/nvidia/version`, else the NVRM
+//! line under `<proc>`, read by cdi-gen's own function). The spec is written by `nvinject-cdi`
+//! atomically (temp file and rename), so containerd, the shim and this plugin never see half a
+//! spec, and two regenerations racing (plugin and shim) both write the same complete file.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nvinject_cdi_gen::build::ANNOTATION_DRIVER_VERSION;
+
+/// How long one regeneration may take before it is killed and the check fails.
+pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A check that could not make the spec fresh.
+#[derive(Debug, thiserror::Error)]
+pub enum FreshnessError {
+    /// `nvinject-cdi` could not be started, failed, or timed out.
+    #[error(
+        "CDI spec {} is {why} (loaded driver {loaded}) and `{command}` failed: {message}; fix the generator's \
+         error above, or regenerate by hand with nvinject-cdi generate",
+        spec.display()
+    )]
+    Generate {
+        /// The spec.
+        spec: PathBuf,
+        /// `stale (driver X)` or `missing`.
+        why: String,
+        /// The loaded driver's version.
+        loaded: String,
+        /// The command line.
+        command: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The generator ran but the spec is still not for the loaded driver.
+    #[error(
+        "CDI spec {} still records driver {found:?} after regeneration, but driver {loaded} is loaded: check \
+         that --cdi-generator writes --cdi-spec and reads the same sys/proc roots",
+        spec.display()
+    )]
+    StillStale {
+        /// The spec.
+        spec: PathBuf,
+        /// What it records now.
+        found: String,
+        /// The loaded driver's version.
+        loaded: String,
+    },
+}
+
+/// What a check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The spec is for the loaded driver.
+    Fresh,
+    /// It was stale (`from`: the version it recorded; empty when it was missing) and was regenerated.
+    Regenerated {
+        /// The version the old spec recorded (`""`: there was none).
+        from: String,
+        /// The loaded driver's version, which the new spec records.
+        to: String,
+    },
+    /// No driver version could be read (module not loaded): nothing to compare with.
+    NoDriver,
+}
+
+/// What identifies the spec file and driver last found fresh: a check that sees the same skips
+/// reading and parsing the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    loaded: String,
+    file: (u64, u64, i64, i64, u64),
+}
+
+/// The spec to keep fresh and how to regenerate it.
+#[derive(Debug)]
+pub struct SpecFreshness {
+    spec: PathBuf,
+    sys_root: PathBuf,
+    proc_root: PathBuf,
+    program: PathBuf,
+    args: Vec<OsString>,
+    last: Mutex<Option<Seen>>,
+}
+
+/// `nvinject-cdi generate`'s arguments for a spec at `spec` over these roots, in JSON.
+pub fn generate_args(
+    spec: &Path,
+    driver_root: &Path,
+    dev_root: &Path,
+    proc_root: &Path,
+    sys_root: &Path,
+    hook: &Path,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["generate".into()];
+    for (flag, value) in [
+        ("--driver-root", driver_root),
+        ("--dev-root", dev_root),
+        ("--proc-root", proc_root),
+        ("--sys-root", sys_root),
+        ("--hook-path", hook),
+        ("--output", spec),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    args.extend(["--format".into(), "json".into()]);
+    args
+}
+
+impl SpecFreshness {
+    /// Keeps `spec` fresh against the driver under `sys_root`/`proc_root`, regenerating with
+    /// `program args...`.
+    pub fn new(
+        spec: PathBuf,
+        sys_root: PathBuf,
+        proc_root: PathBuf,
+        program: PathBuf,
+        args: Vec<OsString>,
+    ) -> Self {
+        SpecFreshness { spec, sys_root, proc_root, program, args, last: Mutex::new(None) }
+    }
+
+    /// The spec kept fresh.
+    pub fn spec(&self) -> &Path {
+        &self.spec
+    }
+
+    /// Makes sure the spec is for the loaded driver, regenerating it when it is stale or missing.
+    /// Concurrent callers wait for one another: one regeneration serves them all.
+    pub fn ensure_fresh(&self) -> Result<Outcome, FreshnessError> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok((loaded, _)) = nvinject_cdi_gen::devices::read_driver_version(&self.sys_root, &self.proc_root)
+        else {
+            *last = None;
+            return Ok(Outcome::NoDriver);
+        };
+        let file = self.identity();
+        if let (Some(seen), Some(file)) = (last.as_ref(), file)
+            && seen.loaded == loaded
+            && seen.file == file
+        {
+            return Ok(Outcome::Fresh);
+        }
+        let recorded = self.recorded_version();
+        if recorded.as_deref() == Some(loaded.as_str()) {
+            *last = file.map(|file| Seen { loaded, file });
+            return Ok(Outcome::Fresh);
+        }
+        *last = None;
+        let why = match &recorded {
+            Some(v) => format!("stale (driver {v})"),
+            None => "missing or unreadable".to_owned(),
+        };
+        tracing::info!(spec = %self.spec.display(), %why, loaded, "regenerating the CDI spec before containerd reads it");
+        self.run_generator().map_err(|message| FreshnessError::Generate {
+            spec: self.spec.clone(),
+            why: why.clone(),
+            loaded: loaded.clone(),
+            command: self.command_line(),
+            message,
+        })?;
+        let now = self.recorded_version();
+        if now.as_deref() != Some(loaded.as_str()) {
+            return Err(FreshnessError::StillStale {
+                spec: self.spec.clone(),
+                found: now.unwrap_or_default(),
+                loaded,
+            });
+        }
+        *last = self.identity().map(|file| Seen { loaded: loaded.clone(), file });
+        tracing::info!(spec = %self.spec.display(), from = recorded.as_deref().unwrap_or(""), to = loaded, "CDI spec regenerated");
+        Ok(Outcome::Regenerated { from: recorded.unwrap_or_default(), to: loaded })
+    }
+
+    /// Device, inode, modification time and size: a rename over the spec changes the inode.
+    fn identity(&self) -> Option<(u64, u64, i64, i64, u64)> {
+        let m = std::fs::metadata(&self.spec).ok()?;
+        Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+    }
+
+    /// The driver version the spec records; `None` when it is missing, unreadable or has none.
+    fn recorded_version(&self) -> Option<String> {
+        let spec = nvinject_cdi::load_file(&self.spec).ok()?;
+        spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned()
+    }
+
+    fn command_line(&self) -> String {
+        std::iter::once(self.program.as_os_str())
+            .chain(self.args.iter().map(OsString::as_os_str))
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Runs the generator to completion (bounded by [`GENERATE_TIMEOUT`]); `Err` carries the
+    /// reason and the tail of its stderr.
+    fn run_generator(&self) -> Result<(), String> {
+        use std::io::Read;
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start it: {e}"))?;
+        // Drained to the end (a full pipe would stall it), keeping only the last 16 KiB.
+        let mut stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let reader = std::thread::spawn(move || {
+            let (mut kept, mut buf) = (Vec::new(), [0u8; 4096]);
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 16 * 1024 {
+                    kept.drain(..kept.len() - 16 * 1024);
+                }
+            }
+            kept
+        });
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if started.elapsed() > GENERATE_TIMEOUT => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("timed out after {} s", GENERATE_TIMEOUT.as_secs()));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("cannot wait for it: {e}")),
+            }
+        };
+        let text = String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned();
+        if status.success() {
+            return Ok(());
+        }
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        Err(format!("{status}: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")))
+    }
+
+    /// Checks every `interval` until `stop` is set (the driver-version watch between Allocates).
+    pub fn watch(&self, interval: Duration, stop: &std::sync::atomic::AtomicBool) {
+        use std::sync::atomic::Ordering;
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = self.ensure_fresh() {
+                tracing::error!(error = %e, "CDI spec watch");
+            }
+            let until = Instant::now() + interval;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100).min(interval));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A node with a driver version file, a spec recording `spec_driver`, and a fake generator
+    /// that writes a spec for the version in the module file and counts its runs.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        freshness: SpecFreshness,
+    }
+
+    fn spec_text(version: &str) -> String {
+        serde_json::json!({
+            "cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
+            "annotations": {ANNOTATION_DRIVER_VERSION: version},
+            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]
+        })
+        .to_string()
+    }
+
+    fn fixture(loaded: &str, spec_driver: Option<&str>, script: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("sys/module/nvidia")).unwrap();
+        fs::write(root.join("sys/module/nvidia/version"), format!("{loaded}\n")).unwrap();
+        fs::create_dir_all(root.join("cdi")).unwrap();
+        if let Some(v) = spec_driver {
+            fs::write(root.join("cdi/nvidia.com-gpu.json"), spec_text(v)).unwrap();
+        }
+        let gen_path = root.join("gen.sh");
+        fs::write(&gen_path, format!("#!/bin/sh\necho run >> {}/runs\n{script}\n", root.display())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&gen_path, fs::Permissions::from_mode(0o755)).unwrap();
+        let freshness = SpecFreshness::new(
+            root.join("cdi/nvidia.com-gpu.json"),
+            root.join("sys"),
+            root.join("proc"),
+            gen_path,
+            vec![root.join("sys/module/nvidia/version").into(), root.join("cdi/nvidia.com-gpu.json").into()],
+        );
+        Fixture { dir, freshness }
+    }
+
+    /// A generator writing a spec for the loaded version ($1: version file, $2: spec), atomically.
+    const GOOD: &str = r#"v=$(cat "$1"); printf '{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","annotations":{"nvinject.io/driver-version":"%s"},"devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}]}' "$v" > "$2.tmp" && mv "$2.tmp" "$2""#;
+
+    fn runs(f: &Fixture) -> usize {
+        fs::read_to_string(f.dir.path().join("runs")).map(|t| t.lines().count()).unwrap_or(0)
+    }
+
+    fn recorded(f: &Fixture) -> String {
+        let spec = nvinject_cdi::load_file(f.freshness.spec()).unwrap();
+        spec.annotations[ANNOTATION_DRIVER_VERSION].clone()
+    }
+
+    #[test]
+    fn a_fresh_spec_is_left_alone_and_not_reread() {
+        let f = fixture("550.54.15", Some("550.54.15"), GOOD);
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        assert_eq!(runs(&f), 0);
+    }
+
+    #[test]
+    fn a_driver_upgrade_regenerates_once_then_the_spec_is_fresh() {
+        let f = fixture("550.54.15", Some("550.54.15"), GOOD);
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        fs::write(f.dir.path().join("sys/module/nvidia/version"), "555.42.02\n").unwrap();
+        assert_eq!(
+            f.freshness.ensure_fresh().unwrap(),
+            Outcome::Regenerated { from: "550.54.15".into(), to: "555.42.02".into() }
+        );
+        assert_eq!(recorded(&f), "555.42.02");
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        assert_eq!(runs(&f), 1);
+    }
+
+    #[test]
+    fn a_missing_spec_is_generated() {
+        let f = fixture("550.54.15", None, GOOD);
+        assert_eq!(
+            f.freshness.ensure_fresh().unwrap(),
+            Outcome::Regenerated { from: String::new(), to: "550.54.15".into() }
+        );
+        assert_eq!(recorded(&f), "550.54.15");
+    }
+
+    #[test]
+    fn a_spec_replaced_behind_our_back_is_checked_again() {
+        let f = fixture("550.54.15", Some("550.54.15"), GOOD);
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        // Someone restores an old spec (a backup, config management): a new inode, rechecked.
+        let spec = f.freshness.spec().to_owned();
+        fs::write(spec.with_extension("old"), spec_text("535.1.1")).unwrap();
+        fs::rename(spec.with_extension("old"), &spec).unwrap();
+        assert!(matches!(f.freshness.ensure_fresh().unwrap(), Outcome::Regenerated { .. }));
+        assert_eq!(recorded(&f), "550.54.15");
+    }
+
+    #[test]
+    fn a_failing_generator_is_an_error_naming_the_spec_versions_and_its_output() {
+        let f = fixture("555.42.02", Some("550.54.15"), "echo 'no NVML here' >&2; exit 3");
+        let e = f.freshness.ensure_fresh().unwrap_err().to_string();
+        assert!(
+            e.contains("nvidia.com-gpu.json") && e.contains("550.54.15") && e.contains("555.42.02"),
+            "{e}"
+        );
+        assert!(e.contains("no NVML here"), "{e}");
+        // The old spec is still there, untouched, and the next check tries again.
+        assert_eq!(recorded(&f), "550.54.15");
+        assert!(f.freshness.ensure_fresh().is_err());
+        assert_eq!(runs(&f), 2);
+    }
+
+    #[test]
+    fn a_generator_that_writes_nothing_new_is_caught() {
+        let f = fixture("555.42.02", Some("550.54.15"), "exit 0");
+        let e = f.freshness.ensure_fresh().unwrap_err();
+        assert!(matches!(e, FreshnessError::StillStale { .. }), "{e}");
+    }
+
+    #[test]
+    fn no_driver_loaded_means_nothing_to_compare() {
+        let f = fixture("550.54.15", Some("550.54.15"), GOOD);
+        fs::remove_file(f.dir.path().join("sys/module/nvidia/version")).unwrap();
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::NoDriver);
+        assert_eq!(runs(&f), 0);
+    }
+
+    #[test]
+    fn generate_args_name_every_root_and_the_spec() {
+        let a = generate_args(
+            Path::new("/var/run/cdi/nvidia.com-gpu.json"),
+            Path::new("/run/nvidia/driver"),
+            Path::new("/"),
+            Path::new("/proc"),
+            Path::new("/sys"),
+            Path::new("/usr/local/nvinject/bin/nvinject-hook"),
+        );
+        let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        let joined = text.join(" ");
+        assert!(
+            joined.starts_with("generate --driver-root /run/nvidia/driver --dev-root / --proc-root /proc"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--output /var/run/cdi/nvidia.com-gpu.json") && joined.ends_with("--format json")
+        );
+    }
+}
