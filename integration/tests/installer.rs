@@ -320,7 +320,13 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     // again.
     let pid_before = supervised.pid();
     let out = run_installer(&installer, "install", &args);
-    assert!(out.status.success(), "install failed\n{}", supervised.log_tail());
+    assert!(
+        out.status.success(),
+        "install failed\nstdout: {}\nstderr: {}\ncontainerd: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        supervised.log_tail()
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let (major, minor) = build.version;
     let mode = if build.version == (1, 6) { "ShimType" } else { "RuntimePath" };
