@@ -13,14 +13,12 @@
 
 pub mod allocate;
 pub mod api;
-pub mod authority;
 pub mod config;
 pub mod devnodes;
 pub mod error;
 pub mod events;
 pub mod freshness;
 pub mod health;
-mod hpack;
 pub mod labels;
 pub mod lifecycle;
 pub mod metrics;
