@@ -10,7 +10,7 @@
 //! into one [`Overrides`] value (clap gives a flag priority over its environment variable), and
 //! [`resolve()`] lays it over the file. Everything here is a pure function of its inputs.
 //!
-//! Layout: [`file`] is NVIDIA's file schema and its bounded reader, [`resolve`](mod@resolve) the
+//! Layout: [`file`](mod@file) is NVIDIA's file schema and its bounded reader, [`resolve`](mod@resolve) the
 //! precedence merge into [`Settings`](crate::settings::Settings); both report [`ConfigError`].
 //! What the settings mean lives beside their users ([`crate::settings`], [`crate::health`],
 //! [`crate::resource_name`], [`crate::duration`]).

@@ -1,6 +1,6 @@
 //! NVIDIA's device plugin config file (version `v1`) as written: the serde schema, every key
 //! optional, field names NVIDIA's, and the bounded reader. Keys NVIDIA's plugin has but nvinject
-//! does not act on are kept here as untyped values so that [`super::resolve`] can report them;
+//! does not act on are kept here as untyped values so that [`super::resolve()`] can report them;
 //! unknown keys are refused by the schema with their path. Pure, except [`load_file`].
 
 use std::path::{Path, PathBuf};
