@@ -9,7 +9,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "../tests/h2wire/mod.rs"]
+#[path = "../h2-authority/tests/h2wire/mod.rs"]
 mod h2wire;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,7 +20,7 @@ use h2wire::{
     grpc_message,
 };
 use nvinject_device_plugin::api;
-use nvinject_device_plugin::authority::AuthorityRewriter;
+use nvinject_h2_authority::AuthorityRewriter;
 use nvinject_simnode::events::{XidEvent, inject};
 use prost::Message;
 use serde_json::json;

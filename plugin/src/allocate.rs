@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::config::{DeviceIdStrategy, DeviceListStrategy, Settings};
 use crate::error::RequestError;
 use crate::resources::{Resource, Target};
+use crate::settings::{DeviceIdStrategy, DeviceListStrategy, Settings};
 
 /// The environment variable NVIDIA's runtimes read.
 pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -187,9 +187,9 @@ fn host_path(dev_root: &Path, container_path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ReplicaPolicy;
     use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, plan};
+    use crate::settings::ReplicaPolicy;
 
     const G0: &str = "GPU-00000000-0000-0000-0000-000000000000";
     const G1: &str = "GPU-10000000-0000-0000-0000-000000000000";
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn mig_devices_get_mig_cdi_names() {
         let mut s = settings();
-        s.mig_strategy = crate::config::MigStrategy::Mixed;
+        s.mig_strategy = crate::settings::MigStrategy::Mixed;
         s.device_list_strategies = vec![DeviceListStrategy::Envvar, DeviceListStrategy::CdiCri];
         s.device_id_strategy = DeviceIdStrategy::Index;
         let p = plan(&mig_node(), &s, &HostFacts::default()).unwrap();

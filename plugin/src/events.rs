@@ -281,7 +281,8 @@ impl XidSource for NvmlXidSource<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{GoDuration, HealthPolicy};
+    use crate::duration::GoDuration;
+    use crate::health::HealthPolicy;
     use crate::health::TrackedDevice;
     use std::cell::{Cell, RefCell};
     use std::collections::VecDeque;

@@ -8,9 +8,64 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::config::HealthPolicy;
+use serde::Serialize;
+
+use crate::duration::GoDuration;
+
+/// XIDs that report an application's fault, not the GPU's, after NVIDIA's XID catalog. A GPU
+/// stays Healthy when only these occur.
+pub const DEFAULT_IGNORED_XIDS: &[u64] = &[
+    13,  // Graphics engine exception: a bad kernel (out-of-range access, illegal instruction).
+    31,  // GPU memory page fault: an application touched memory it does not own.
+    43,  // GPU stopped processing: the faulting context was killed; others continue.
+    45,  // Preemptive cleanup after one of the above or a killed process.
+    68,  // Video processor (NVDEC/NVENC) exception caused by the stream fed to it.
+    94,  // Contained ECC error: the row was isolated, only the application touching it failed.
+    109, // Context switch timeout: an application hogged the engine.
+];
+
+/// The default quiet period before a GPU that reported a critical XID is Healthy again.
+pub const DEFAULT_RECOVERY_PERIOD: Duration = Duration::from_secs(300);
+
+/// Which XIDs count, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthPolicy {
+    /// No health checking at all.
+    pub disabled: bool,
+    /// Never critical.
+    pub ignored_xids: BTreeSet<u64>,
+    /// `None` = every XID not ignored is critical; else only these.
+    pub critical_xids: Option<BTreeSet<u64>>,
+    /// Quiet time before recovery; `None` = a GPU stays Unhealthy until the plugin restarts.
+    pub recovery_period: Option<GoDuration>,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            disabled: false,
+            ignored_xids: DEFAULT_IGNORED_XIDS.iter().copied().collect(),
+            critical_xids: None,
+            recovery_period: Some(GoDuration(DEFAULT_RECOVERY_PERIOD)),
+        }
+    }
+}
+
+impl HealthPolicy {
+    /// True when `xid` marks a GPU unhealthy. An unknown XID (NVML's 999) is critical.
+    pub fn is_critical(&self, xid: u64) -> bool {
+        if self.disabled || self.ignored_xids.contains(&xid) {
+            return false;
+        }
+        match &self.critical_xids {
+            None => true,
+            Some(set) => set.contains(&xid),
+        }
+    }
+}
 
 /// NVML's "no instance" value for the GPU/compute instance ids of an event.
 pub const NO_INSTANCE: u32 = u32::MAX;
@@ -224,7 +279,6 @@ impl HealthTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::GoDuration;
     use std::time::Duration;
 
     fn tracker(recovery: Option<u64>) -> HealthTracker {

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use nvinject_gpu::Inventory;
 
-use crate::config::{MigStrategy, Settings};
 use crate::resources::{Plan, Resource};
+use crate::settings::{MigStrategy, Settings};
 
 /// Makes `s` a valid label value: letters, digits, `-`, `_`, `.`; at most 63; alphanumeric ends.
 pub fn label_value(s: &str) -> String {
@@ -97,9 +97,9 @@ pub fn render(labels: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ReplicaPolicy;
     use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, plan};
+    use crate::settings::ReplicaPolicy;
 
     #[test]
     fn whole_gpus_and_sharing() {

@@ -13,11 +13,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use tokio::sync::watch;
 
-use nvinject_device_plugin::config::{
-    self, ConfigFile, Defaults, DeviceIdStrategy, DeviceListStrategy, GoDuration, MigStrategy, Overrides,
-    Settings,
-};
+use nvinject_cdi::Kind;
+use nvinject_device_plugin::config::{self, ConfigFile, Defaults, Overrides};
 use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
+use nvinject_device_plugin::duration::GoDuration;
 use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
 use nvinject_device_plugin::freshness::{self, SpecFreshness};
 use nvinject_device_plugin::health::{HealthSnapshot, HealthTracker, TrackedDevice};
@@ -26,6 +25,9 @@ use nvinject_device_plugin::lifecycle::{Timing, remove_stale_sockets, run_resour
 use nvinject_device_plugin::metrics::Metrics;
 use nvinject_device_plugin::resources::{HostFacts, Plan, plan};
 use nvinject_device_plugin::service::{ResourceContext, health_count};
+use nvinject_device_plugin::settings::{
+    DeviceIdStrategy, DeviceListStrategy, MigStrategy, Settings, parse_cdi_kind,
+};
 use nvinject_fsio::{Durability, WriteOptions};
 
 /// Kubernetes device plugin for NVIDIA GPUs. Flags override environment variables, which override
@@ -64,8 +66,8 @@ struct Cli {
     #[arg(long, env = "CDI_ANNOTATION_PREFIX")]
     cdi_annotation_prefix: Option<String>,
     /// CDI kind of the device names handed out.
-    #[arg(long, env = "NVINJECT_CDI_KIND")]
-    cdi_kind: Option<String>,
+    #[arg(long, env = "NVINJECT_CDI_KIND", value_parser = parse_cdi_kind)]
+    cdi_kind: Option<Kind>,
     /// The kubelet's registration socket; plugin sockets are created in the same directory.
     #[arg(long, env = "KUBELET_SOCKET")]
     kubelet_socket: Option<PathBuf>,

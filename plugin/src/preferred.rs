@@ -12,9 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::ReplicaPolicy;
 use crate::error::RequestError;
 use crate::resources::{AdvertisedDevice, Resource, Sharing, Topology};
+use crate::settings::ReplicaPolicy;
 
 /// Above this many candidate sets the whole-GPU search goes greedy.
 const EXHAUSTIVE_LIMIT: u64 = 50_000;
@@ -241,9 +241,9 @@ fn next_combination(c: &mut [usize], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::MigStrategy;
     use crate::resources::tests::{gpu, gpu_time_slicing, inventory, mig_node, settings};
     use crate::resources::{HostFacts, Plan, plan};
+    use crate::settings::MigStrategy;
 
     fn uuid(i: u32) -> String {
         format!("GPU-{i}0000000-0000-0000-0000-000000000000")

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use nvinject_gpu::{DeviceRef, Gpu, Inventory, MigProfile, NamingStrategy, TopologyLevel};
 
-use crate::config::{MigStrategy, ReplicaPolicy, ResourceName, Settings};
 use crate::devnodes::{self, MigMinors};
+use crate::resource_name::ResourceName;
+use crate::settings::{MigStrategy, ReplicaPolicy, Settings};
 
 /// Separates a device id from its replica number: `GPU-...::2` (NVIDIA's form).
 pub const REPLICA_SEPARATOR: &str = "::";
@@ -411,7 +412,8 @@ fn target(d: DeviceRef<'_>, kind: &str, want_nodes: bool, facts: &HostFacts) -> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::config::{Defaults, Overrides, ReplicatedResource, TimeSlicing, resolve};
+    use crate::config::{Defaults, Overrides, resolve};
+    use crate::settings::{ReplicatedResource, TimeSlicing};
     use nvinject_gpu::*;
 
     pub(crate) fn gpu(index: u32, numa: u32, mig: &[(u32, u32, &str)]) -> Gpu {

@@ -8,11 +8,11 @@ use tonic::{Request, Response, Status};
 
 use crate::allocate::{ContainerAllocation, allocate};
 use crate::api;
-use crate::config::Settings;
 use crate::health::HealthSnapshot;
 use crate::metrics::{Metrics, ResourceHealthCount};
 use crate::preferred::preferred;
 use crate::resources::{Resource, Topology};
+use crate::settings::Settings;
 
 /// What a resource's service needs; shared by every server generation of that resource.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! gRPC over unix sockets: the client connector and the listener, shared by the plugin and the
 //! kubelet simulator, and the server-side connection wrapper that lets kubelets before 1.26 in
-//! (see [`crate::authority`]).
+//! (see [`nvinject_h2_authority`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ use tokio_stream::{Stream, StreamExt, wrappers::UnixListenerStream};
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::authority::{AuthorityRewriter, REPLACEMENT_AUTHORITY};
+use nvinject_h2_authority::{AuthorityRewriter, REPLACEMENT_AUTHORITY};
 
 /// Opens a gRPC channel to the unix socket at `path`.
 pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, tonic::transport::Error> {

@@ -7,6 +7,7 @@
 //! root (the simulated node has real device nodes).
 
 mod common;
+#[path = "../h2-authority/tests/h2wire/mod.rs"]
 mod h2wire;
 
 use std::path::{Path, PathBuf};

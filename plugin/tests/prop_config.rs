@@ -1,10 +1,13 @@
 //! Property tests for the plugin config loader: arbitrary YAML/JSON-ish text never panics, and
-//! every refusal names the file (and, for a field error, the field). Fixed case counts, no failure
-//! files, so CI time is bounded.
+//! every refusal names the file (and, for a field error, the field); the plugin accepts exactly
+//! the CDI kinds the shim accepts (`nvinject_cdi::Kind`). Fixed case counts, no failure files, so
+//! CI time is bounded.
 
 use std::path::Path;
 
+use nvinject_cdi::Kind;
 use nvinject_device_plugin::config::{ConfigError, Defaults, Overrides, parse_file, resolve};
+use nvinject_device_plugin::settings::parse_cdi_kind;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -148,4 +151,103 @@ fn a_field_error_names_the_file_and_field() {
     let e = parse_file("version: v2\n", Path::new(ORIGIN)).unwrap_err();
     let shown = e.to_string();
     assert!(shown.contains("fuzz-config.yaml") && shown.contains("version"), "{shown}");
+}
+
+/// What the plugin makes of `kind` given as `flags.plugin.cdiKind` in a file and as
+/// `--cdi-kind`/`NVINJECT_CDI_KIND` (the flag parser, then resolution): the kind it would hand out
+/// from each, or the refusal. Both must agree.
+fn plugin_kind(kind: &str) -> Result<String, String> {
+    let quoted = kind.replace('\\', "\\\\").replace('"', "\\\"");
+    let text = format!("flags:\n  plugin:\n    cdiKind: \"{quoted}\"\n");
+    let from_file = parse_file(&text, Path::new(ORIGIN))
+        .and_then(|file| resolve(&file, ORIGIN, &Overrides::default(), &defaults()))
+        .map(|r| r.settings.cdi_kind.to_string())
+        .map_err(|e| e.to_string());
+    let from_flag = parse_cdi_kind(kind).and_then(|k| {
+        let over = Overrides { cdi_kind: Some(k), ..Default::default() };
+        resolve(&Default::default(), "(no config file)", &over, &defaults())
+            .map(|r| r.settings.cdi_kind.to_string())
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(from_file.is_ok(), from_flag.is_ok(), "{kind:?}: file {from_file:?}, flag {from_flag:?}");
+    if let Err(e) = &from_file {
+        assert!(e.contains("fuzz-config.yaml") && e.contains("flags.plugin.cdiKind"), "{e}");
+    }
+    from_file
+}
+
+/// The shim's rule: what `nvinject_cdi::Kind` makes of the same text.
+fn shim_kind(kind: &str) -> Result<String, String> {
+    kind.parse::<Kind>().map(|k| k.to_string()).map_err(|e| e.to_string())
+}
+
+/// Kind-like text: vendor and class from CDI's characters and a few others, short or around
+/// the length limits (253, 63), joined by `/` or something else.
+fn kind_text() -> impl Strategy<Value = String> {
+    let vendor = prop_oneof![
+        "[a-zA-Z0-9._-]{0,10}",
+        "[a-z0-9][a-z0-9._-]{0,8}[a-z0-9]",
+        "[a-z][a-z0-9]{248,256}",
+        "[a-z0-9 :=/\"\\\\]{0,4}",
+    ];
+    let class = prop_oneof![
+        "[a-zA-Z0-9._-]{0,10}",
+        "[a-z0-9_][a-z0-9._-]{0,8}[a-z0-9_]",
+        "[a-z][a-z0-9_]{58,66}",
+        "[a-z0-9 :=/]{0,4}",
+    ];
+    let sep = prop_oneof![4 => Just("/"), 1 => Just(""), 1 => Just("//"), 1 => Just("=")];
+    (vendor, sep, class).prop_map(|(v, s, c)| format!("{v}{s}{c}"))
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn the_plugin_accepts_exactly_the_kinds_the_shim_accepts(kind in kind_text()) {
+        let plugin = plugin_kind(&kind);
+        let shim = shim_kind(&kind);
+        prop_assert_eq!(plugin.is_ok(), shim.is_ok(), "{:?}: plugin {:?}, shim {:?}", kind, plugin, shim);
+        if let (Ok(p), Ok(s)) = (&plugin, &shim) {
+            prop_assert_eq!(p, s);
+            prop_assert_eq!(p, &kind);
+        }
+    }
+}
+
+#[test]
+fn cdi_kind_rows() {
+    let vendor = |len: usize| format!("v{}", "a".repeat(len - 1));
+    let class = |len: usize| format!("c{}", "b".repeat(len - 1));
+    let rows: Vec<(String, bool, &str)> = vec![
+        ("nvidia.com/gpu".into(), true, "the default"),
+        ("1nvidia.com/gpu".into(), false, "leading digit in the vendor"),
+        ("nvidia.com/1gpu".into(), false, "leading digit in the class"),
+        ("nvidia_corp.com/gpu".into(), true, "`_` in the vendor"),
+        ("nvidia.com/gpu_shared".into(), true, "`_` in the class"),
+        ("nvidia.com/gpu_".into(), false, "`_` at the end"),
+        (format!("{}/gpu", vendor(253)), true, "vendor of 253 characters"),
+        (format!("{}/gpu", vendor(254)), false, "vendor of 254 characters"),
+        (format!("nvidia.com/{}", class(63)), true, "class of 63 characters"),
+        (format!("nvidia.com/{}", class(64)), false, "class of 64 characters"),
+        ("nvidia.com".into(), false, "no class"),
+        ("nvidia.com/".into(), false, "empty class"),
+        ("/gpu".into(), false, "empty vendor"),
+        ("nvidia.com/gpu/x".into(), false, "two slashes"),
+        ("nvidia.com/gpu=0".into(), false, "a qualified name"),
+        ("NVIDIA.com/GPU".into(), true, "capitals"),
+    ];
+    for (kind, accepted, why) in &rows {
+        let plugin = plugin_kind(kind);
+        assert_eq!(plugin.is_ok(), *accepted, "{why}: {kind}: {plugin:?}");
+        assert_eq!(shim_kind(kind).is_ok(), *accepted, "{why}: {kind}: the shim disagrees");
+    }
+    // The refusal names the file and field, what is wrong and what to write.
+    let e = plugin_kind("1nvidia.com/gpu").unwrap_err();
+    assert!(
+        e.starts_with("/etc/nvinject/fuzz-config.yaml: field `flags.plugin.cdiKind`: `1nvidia.com/gpu` is not a CDI kind")
+            && e.contains("vendor `1nvidia.com` must start with a letter")
+            && e.contains("e.g. nvidia.com/gpu"),
+        "{e}"
+    );
 }

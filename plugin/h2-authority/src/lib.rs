@@ -1,4 +1,6 @@
-//! Makes the requests of kubelets older than 1.26 acceptable to our gRPC server.
+//! Makes the requests of kubelets older than 1.26 acceptable to an h2 (tonic) gRPC server: the
+//! device plugin's workaround for their `:authority`, kept in its own crate so it can be deleted
+//! in one piece.
 //!
 //! Those kubelets dial a plugin's unix socket with grpc-go, which sends the socket path as the
 //! HTTP/2 `:authority` (`/var/lib/kubelet/device-plugins/nvinject-gpu.sock`; Kubernetes 1.26 sends
@@ -15,10 +17,18 @@
 //! the table, so from then on h2's table lacks what the client added: every later block is
 //! re-encoded too, its table references resolved here. Input the rewriter cannot follow (no
 //! preface, a broken frame sequence, HPACK it cannot decode) is passed on as it came, and so is
-//! everything after it: h2 then refuses it as it would have anyway. Pure: bytes in, bytes out;
-//! the socket wrapper is [`crate::transport::AuthorityFixStream`]. It never panics on input.
+//! everything after it: h2 then refuses it as it would have anyway.
+//!
+//! Boundary: pure, bytes in and bytes out; no sockets, no async, no logging. The socket wrapper
+//! that drives it (and logs the first rewrite) is the device plugin's
+//! `transport::AuthorityFixStream`. It never panics on input.
+//!
+//! End of life: this crate goes when no supported kubelet, and no other client of our sockets,
+//! sends a socket path as `:authority` (see the README for what that means today).
 
 use std::ops::Range;
+
+mod hpack;
 
 use crate::hpack::{DynamicTable, Malformed, STATIC_TABLE, put_int, put_string, read_int, read_string};
 

@@ -1,4 +1,4 @@
-//! HPACK decoding pieces (RFC 7541) for [`crate::authority`]: integers, string literals, the
+//! HPACK decoding pieces (RFC 7541) for [`crate::AuthorityRewriter`]: integers, string literals, the
 //! Huffman code, the static table and a connection's dynamic table.
 //!
 //! Written here rather than taken from an HPACK crate because the rewriter follows every request

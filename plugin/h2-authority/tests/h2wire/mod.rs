@@ -1,9 +1,9 @@
 //! Raw HTTP/2 for tests: frames, HPACK representations (Huffman coding included) written here
 //! from RFC 9113 and RFC 7541, and a blocking client over a unix socket that sends whatever
 //! `:authority` it is given, as grpc-go in kubelets before 1.26 does (tonic's client cannot:
-//! its URI type refuses a path as authority). Shared by the plugin's unit tests
-//! (`src/authority.rs`) and `tests/old_kubelet.rs`. Decoding what a server sends uses
-//! loona-hpack.
+//! its URI type refuses a path as authority). Shared by this crate's unit tests (`src/lib.rs`)
+//! and the device plugin's `tests/old_kubelet.rs` and bench (included there by path), so it goes
+//! with this crate. Decoding what a server sends uses loona-hpack.
 
 #![allow(dead_code)]
 

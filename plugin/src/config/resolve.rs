@@ -1,0 +1,601 @@
+//! The precedence merge: flags and environment ([`Overrides`]) over the file ([`ConfigFile`])
+//! over the binary's [`Defaults`], validated into [`Settings`]. Pure: a function of its inputs.
+
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nvinject_cdi::Kind;
+
+use super::error::ConfigError;
+use super::file::{ConfigFile, CriticalXidsFile, FileHealth, FileTimeSlicing, OneOrMany};
+use crate::duration::GoDuration;
+use crate::health::HealthPolicy;
+use crate::resource_name::ResourceName;
+use crate::settings::{
+    DeviceIdStrategy, DeviceListStrategy, MigStrategy, ReplicaPolicy, ReplicatedResource, Settings,
+    TimeSlicing, parse_cdi_kind,
+};
+
+/// Host paths the binary supplies as defaults (paths are parameters, never constants in the library).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    /// `/`.
+    pub driver_root: PathBuf,
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// `/var/lib/kubelet/device-plugins/kubelet.sock`.
+    pub kubelet_socket: PathBuf,
+    /// `/etc/kubernetes/node-feature-discovery/features.d/nvinject`.
+    pub features_file: PathBuf,
+}
+
+/// Values from flags and the environment (flag already preferred over environment by the caller).
+/// `None` = not given; the file or the default applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--mig-strategy` / `MIG_STRATEGY`.
+    pub mig_strategy: Option<MigStrategy>,
+    /// `--fail-on-init-error` / `FAIL_ON_INIT_ERROR`.
+    pub fail_on_init_error: Option<bool>,
+    /// `--nvidia-driver-root` / `NVIDIA_DRIVER_ROOT`.
+    pub driver_root: Option<PathBuf>,
+    /// `--nvidia-dev-root` / `NVIDIA_DEV_ROOT`.
+    pub dev_root: Option<PathBuf>,
+    /// `--proc-root` / `NVINJECT_PROC_ROOT`.
+    pub proc_root: Option<PathBuf>,
+    /// `--pass-device-specs` / `PASS_DEVICE_SPECS`.
+    pub pass_device_specs: Option<bool>,
+    /// `--device-list-strategy` / `DEVICE_LIST_STRATEGY` (comma-separated).
+    pub device_list_strategies: Option<Vec<DeviceListStrategy>>,
+    /// `--device-id-strategy` / `DEVICE_ID_STRATEGY`.
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    /// `--cdi-annotation-prefix` / `CDI_ANNOTATION_PREFIX`.
+    pub cdi_annotation_prefix: Option<String>,
+    /// `--cdi-kind` / `NVINJECT_CDI_KIND`.
+    pub cdi_kind: Option<Kind>,
+    /// `--kubelet-socket` / `KUBELET_SOCKET`.
+    pub kubelet_socket: Option<PathBuf>,
+    /// `--nvml-lib` / `NVINJECT_NVML_LIB`.
+    pub nvml_library: Option<PathBuf>,
+    /// `--features-file` / `NVINJECT_FEATURES_FILE`; empty disables.
+    pub features_file: Option<String>,
+    /// `--metrics-address` / `NVINJECT_METRICS_ADDRESS`; empty disables.
+    pub metrics_address: Option<String>,
+    /// `DP_DISABLE_HEALTHCHECKS` as NVIDIA's plugin reads it: `all`/`xids`, or extra XIDs to ignore.
+    pub disable_healthchecks: Option<String>,
+    /// `--health-recovery-period` / `NVINJECT_HEALTH_RECOVERY_PERIOD`.
+    pub recovery_period: Option<GoDuration>,
+}
+
+/// Settings resolved, plus the keys that were accepted but have no effect (to log once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    /// What the plugin runs with.
+    pub settings: Settings,
+    /// Paths of accepted-but-ignored keys, e.g. `flags.gfd`.
+    pub ignored: Vec<String>,
+}
+
+/// Lays `overrides` over `file` over `defaults` and validates the result. `origin` names the file
+/// in errors (`(none)` when there is no file).
+pub fn resolve(
+    file: &ConfigFile,
+    origin: &str,
+    overrides: &Overrides,
+    defaults: &Defaults,
+) -> Result<ResolvedConfig, ConfigError> {
+    let mut ignored = Vec::new();
+    let flags = &file.flags;
+    let plugin = &flags.plugin;
+    let err = |field: &str, msg: String| ConfigError::field(origin, field, msg);
+
+    for (present, path) in [
+        (file.resources.is_some(), "resources"),
+        (file.imex.is_some(), "imex"),
+        (flags.restart_on_device_unhealthy.is_some(), "flags.restartOnDeviceUnhealthy"),
+        (flags.device_discovery_strategy.is_some(), "flags.deviceDiscoveryStrategy"),
+        (flags.gfd.is_some(), "flags.gfd"),
+        (plugin.nvidia_ctk_path.is_some(), "flags.plugin.nvidiaCTKPath"),
+        (plugin.nvidia_cdi_hook_path.is_some(), "flags.plugin.nvidiaCDIHookPath"),
+        (plugin.container_driver_root.is_some(), "flags.plugin.containerDriverRoot"),
+        (file.health.event_types.is_some(), "health.eventTypes"),
+    ] {
+        if present {
+            ignored.push(path.to_owned());
+        }
+    }
+    if flags.gds_enabled == Some(true) {
+        return Err(err(
+            "flags.gdsEnabled",
+            "GPUDirect Storage injection is not supported by nvinject: remove the key or set it to false"
+                .into(),
+        ));
+    }
+    if flags.mofed_enabled == Some(true) {
+        return Err(err(
+            "flags.mofedEnabled",
+            "MOFED injection is not supported by nvinject: remove the key or set it to false".into(),
+        ));
+    }
+    if let Some(mps) = &file.sharing.mps
+        && !mps.is_null()
+    {
+        return Err(err(
+            "sharing.mps",
+            "MPS sharing is not supported by nvinject: use sharing.timeSlicing instead".into(),
+        ));
+    }
+    if let Some(types) = &file.health.event_types {
+        for (i, t) in types.iter().enumerate() {
+            if !["EventTypeXidCriticalError", "EventTypeDoubleBitEccError", "EventTypeSingleBitEccError"]
+                .contains(&t.as_str())
+            {
+                return Err(err(
+                    &format!("health.eventTypes[{i}]"),
+                    format!(
+                        "unknown event type `{t}`: expected EventTypeXidCriticalError, \
+                         EventTypeDoubleBitEccError or EventTypeSingleBitEccError"
+                    ),
+                ));
+            }
+        }
+    }
+
+    let driver_root = pick(&overrides.driver_root, &flags.nvidia_driver_root)
+        .unwrap_or_else(|| defaults.driver_root.clone());
+    let dev_root = pick(&overrides.dev_root, &flags.nvidia_dev_root).unwrap_or_else(|| driver_root.clone());
+
+    let device_list_strategies = match (&overrides.device_list_strategies, &plugin.device_list_strategy) {
+        (Some(list), _) => list.clone(),
+        (None, Some(spec)) => {
+            let words: Vec<&String> = match spec {
+                OneOrMany::One(s) => vec![s],
+                OneOrMany::Many(v) => v.iter().collect(),
+            };
+            let mut out = Vec::new();
+            for (i, word) in words.iter().enumerate() {
+                let field = match spec {
+                    OneOrMany::One(_) => "flags.plugin.deviceListStrategy".to_owned(),
+                    OneOrMany::Many(_) => format!("flags.plugin.deviceListStrategy[{i}]"),
+                };
+                // A string may itself be comma-separated, as the environment variable is.
+                for part in word.split(',').filter(|p| !p.trim().is_empty()) {
+                    out.push(part.parse().map_err(|m| err(&field, m))?);
+                }
+            }
+            out
+        }
+        (None, None) => vec![DeviceListStrategy::CdiAnnotations],
+    };
+    let device_list_strategies = dedup_keep_order(device_list_strategies);
+    if device_list_strategies.is_empty() {
+        return Err(err(
+            "flags.plugin.deviceListStrategy",
+            "no device list strategy given: use one or more of envvar, volume-mounts, cdi-annotations, cdi-cri"
+                .into(),
+        ));
+    }
+
+    let cdi_annotation_prefix = pick(&overrides.cdi_annotation_prefix, &plugin.cdi_annotation_prefix)
+        .unwrap_or_else(|| "cdi.k8s.io/".to_owned());
+    if !cdi_annotation_prefix.ends_with('/') || cdi_annotation_prefix.len() < 2 {
+        return Err(err(
+            "flags.plugin.cdiAnnotationPrefix",
+            format!("`{cdi_annotation_prefix}` must be a domain followed by '/', e.g. cdi.k8s.io/"),
+        ));
+    }
+    // Flag and file values were parsed with CDI's rules where they were read; the default is
+    // parsed here, and a test pins that it parses.
+    let cdi_kind = match pick(&overrides.cdi_kind, &plugin.cdi_kind) {
+        Some(kind) => kind,
+        None => {
+            parse_cdi_kind(nvinject_gpu::naming::DEFAULT_KIND).map_err(|m| err("flags.plugin.cdiKind", m))?
+        }
+    };
+
+    let kubelet_socket = pick(&overrides.kubelet_socket, &plugin.kubelet_socket)
+        .unwrap_or_else(|| defaults.kubelet_socket.clone());
+    if kubelet_socket.file_name().is_none() || kubelet_socket.parent().is_none() {
+        return Err(err(
+            "flags.plugin.kubeletSocket",
+            format!("`{}` must be the path of a socket file", kubelet_socket.display()),
+        ));
+    }
+
+    let features_file = match pick(&overrides.features_file, &plugin.features_file) {
+        None => Some(defaults.features_file.clone()),
+        Some(s) if s.trim().is_empty() => None,
+        Some(s) => Some(PathBuf::from(s)),
+    };
+    let metrics_address = match pick(&overrides.metrics_address, &plugin.metrics_address) {
+        None => None,
+        Some(s) if s.trim().is_empty() => None,
+        Some(s) => Some(parse_metrics_address(&s).map_err(|m| err("flags.plugin.metricsAddress", m))?),
+    };
+
+    let time_slicing = match &file.sharing.time_slicing {
+        None => None,
+        Some(ts) => resolve_time_slicing(ts, origin)?,
+    };
+
+    let health = resolve_health(&file.health, overrides, origin)?;
+
+    let settings = Settings {
+        mig_strategy: overrides.mig_strategy.or(flags.mig_strategy).unwrap_or_default(),
+        fail_on_init_error: overrides.fail_on_init_error.or(flags.fail_on_init_error).unwrap_or(true),
+        nvml_library: pick(&overrides.nvml_library, &plugin.nvml_library),
+        proc_root: pick(&overrides.proc_root, &plugin.proc_root)
+            .unwrap_or_else(|| defaults.proc_root.clone()),
+        pass_device_specs: overrides.pass_device_specs.or(plugin.pass_device_specs).unwrap_or(false),
+        device_id_strategy: overrides.device_id_strategy.or(plugin.device_id_strategy).unwrap_or_default(),
+        driver_root,
+        dev_root,
+        device_list_strategies,
+        cdi_annotation_prefix,
+        cdi_kind,
+        kubelet_socket,
+        features_file,
+        metrics_address,
+        time_slicing,
+        health,
+    };
+    Ok(ResolvedConfig { settings, ignored })
+}
+
+fn pick<T: Clone>(over: &Option<T>, file: &Option<T>) -> Option<T> {
+    over.clone().or_else(|| file.clone())
+}
+
+fn dedup_keep_order<T: PartialEq>(v: Vec<T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(v.len());
+    for x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// `host:port`, or a bare port (`9402`, `:9402`) which binds to 127.0.0.1: the endpoint is for
+/// a local scraper unless the operator says otherwise.
+pub fn parse_metrics_address(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    let port_only = s.strip_prefix(':').unwrap_or(s);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("`{s}` is not an address: write host:port (e.g. 127.0.0.1:9402) or a port"))
+}
+
+fn resolve_time_slicing(ts: &FileTimeSlicing, origin: &str) -> Result<Option<TimeSlicing>, ConfigError> {
+    let err = |field: String, msg: String| ConfigError::field(origin, field, msg);
+    let policy = match ts.strategy.as_deref().map(str::trim) {
+        None | Some("") | Some("distributed") => ReplicaPolicy::Distributed,
+        Some("packed") => ReplicaPolicy::Packed,
+        Some(other) => {
+            return Err(err(
+                "sharing.timeSlicing.strategy".into(),
+                format!("unknown strategy `{other}`: expected distributed or packed"),
+            ));
+        }
+    };
+    if ts.resources.is_empty() {
+        return Err(err(
+            "sharing.timeSlicing.resources".into(),
+            "no resources listed: add e.g. `- name: nvidia.com/gpu` with `replicas: 4`, or remove timeSlicing"
+                .into(),
+        ));
+    }
+    let mut resources: Vec<ReplicatedResource> = Vec::new();
+    for (i, r) in ts.resources.iter().enumerate() {
+        let at = |f: &str| format!("sharing.timeSlicing.resources[{i}].{f}");
+        let name = ResourceName::parse(&r.name).map_err(|m| err(at("name"), m))?;
+        if r.replicas < 1 || r.replicas > 1024 {
+            return Err(err(
+                at("replicas"),
+                format!("{} replicas: give a number from 1 to 1024", r.replicas),
+            ));
+        }
+        match &r.devices {
+            None => {}
+            Some(serde_json::Value::String(s)) if s == "all" => {}
+            Some(_) => {
+                return Err(err(
+                    at("devices"),
+                    "only `all` is supported: every device of the resource is replicated".into(),
+                ));
+            }
+        }
+        let advertised_as = match r.rename.as_deref().map(str::trim) {
+            Some(rn) if !rn.is_empty() => ResourceName::parse(rn).map_err(|m| err(at("rename"), m))?,
+            _ if ts.rename_by_default => name.shared(),
+            _ => name.clone(),
+        };
+        if resources.iter().any(|x| x.name == name) {
+            return Err(err(at("name"), format!("`{name}` is listed twice")));
+        }
+        if let Some(other) = resources.iter().find(|x| x.advertised_as == advertised_as) {
+            return Err(err(
+                at("rename"),
+                format!("`{advertised_as}` is already the name of the replicas of `{}`", other.name),
+            ));
+        }
+        resources.push(ReplicatedResource { name, advertised_as, replicas: r.replicas as u32 });
+    }
+    Ok(Some(TimeSlicing {
+        fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
+        policy,
+        resources,
+    }))
+}
+
+fn resolve_health(h: &FileHealth, over: &Overrides, origin: &str) -> Result<HealthPolicy, ConfigError> {
+    let mut policy = HealthPolicy::default();
+    if let Some(d) = h.disabled {
+        policy.disabled = d;
+    }
+    if let Some(list) = &h.ignored_xids {
+        policy.ignored_xids = list.iter().copied().collect();
+    }
+    match &h.critical_xids {
+        None => {}
+        Some(CriticalXidsFile::Word(w)) if w.eq_ignore_ascii_case("all") => policy.critical_xids = None,
+        Some(CriticalXidsFile::Word(w)) => {
+            return Err(ConfigError::field(
+                origin,
+                "health.criticalXIDs",
+                format!("`{w}` is not valid: write `all` or a list of XID numbers"),
+            ));
+        }
+        Some(CriticalXidsFile::List(list)) => {
+            let set: BTreeSet<u64> = list.iter().copied().collect();
+            if let Some(x) = set.intersection(&policy.ignored_xids).next() {
+                return Err(ConfigError::field(
+                    origin,
+                    "health.criticalXIDs",
+                    format!("XID {x} is both critical and ignored: remove it from one of the lists"),
+                ));
+            }
+            policy.critical_xids = Some(set);
+        }
+    }
+    if let Some(p) = over.recovery_period.or(h.recovery_period) {
+        policy.recovery_period = (p.0 > Duration::ZERO).then_some(p);
+    }
+    if let Some(env) = &over.disable_healthchecks {
+        apply_disable_healthchecks(&mut policy, env)?;
+    }
+    Ok(policy)
+}
+
+/// `DP_DISABLE_HEALTHCHECKS` as NVIDIA's plugin reads it: `all` or `xids` turn XID checks off;
+/// otherwise a comma-separated list of extra XIDs to ignore. Garbage is refused, not skipped.
+fn apply_disable_healthchecks(policy: &mut HealthPolicy, value: &str) -> Result<(), ConfigError> {
+    let v = value.trim().to_ascii_lowercase();
+    if v.is_empty() {
+        return Ok(());
+    }
+    if v == "all" || v.split(',').any(|p| p.trim() == "xids") {
+        policy.disabled = true;
+        return Ok(());
+    }
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let xid: u64 = part.parse().map_err(|_| {
+            ConfigError::field(
+                "environment",
+                "DP_DISABLE_HEALTHCHECKS",
+                format!("`{part}` is not an XID: give `all`, `xids` or comma-separated XID numbers"),
+            )
+        })?;
+        policy.ignored_xids.insert(xid);
+    }
+    Ok(())
+}
+
+/// Parses a comma-separated `--device-list-strategy` value.
+pub fn parse_strategy_list(s: &str) -> Result<Vec<DeviceListStrategy>, String> {
+    s.split(',').filter(|p| !p.trim().is_empty()).map(str::parse).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::file::{ConfigFile, parse_file};
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            driver_root: "/".into(),
+            proc_root: "/proc".into(),
+            kubelet_socket: "/k/kubelet.sock".into(),
+            features_file: "/nfd/nvinject".into(),
+        }
+    }
+
+    fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        parse_file(text, Path::new("/etc/cfg.yaml"))
+    }
+
+    fn resolve_text(text: &str, over: &Overrides) -> Result<ResolvedConfig, ConfigError> {
+        resolve(&parse(text)?, "/etc/cfg.yaml", over, &defaults())
+    }
+
+    #[test]
+    fn nvidia_time_slicing_config_is_understood() {
+        let text = r#"
+version: v1
+flags:
+  migStrategy: "mixed"
+  failOnInitError: true
+  nvidiaDriverRoot: "/run/nvidia/driver"
+  plugin:
+    passDeviceSpecs: true
+    deviceListStrategy: envvar
+    deviceIDStrategy: index
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+    - name: mig-1g.10gb
+      replicas: 2
+      rename: small
+"#;
+        let r = resolve_text(text, &Overrides::default()).unwrap();
+        let s = r.settings;
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        assert_eq!(s.driver_root, PathBuf::from("/run/nvidia/driver"));
+        assert_eq!(s.dev_root, PathBuf::from("/run/nvidia/driver"), "dev root follows the driver root");
+        assert!(s.pass_device_specs);
+        assert_eq!(s.device_list_strategies, vec![DeviceListStrategy::Envvar]);
+        assert_eq!(s.device_id_strategy, DeviceIdStrategy::Index);
+        let ts = s.time_slicing.unwrap();
+        assert!(ts.fail_requests_greater_than_one);
+        assert_eq!(ts.resources[0].advertised_as.as_str(), "nvidia.com/gpu.shared");
+        assert_eq!(ts.resources[0].replicas, 4);
+        assert_eq!(ts.resources[1].name.as_str(), "nvidia.com/mig-1g.10gb");
+        assert_eq!(ts.resources[1].advertised_as.as_str(), "nvidia.com/small");
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let r = resolve(&ConfigFile::default(), "(none)", &Overrides::default(), &defaults()).unwrap();
+        let s = r.settings;
+        assert_eq!(s.mig_strategy, MigStrategy::None);
+        assert!(s.fail_on_init_error);
+        assert_eq!(s.device_list_strategies, vec![DeviceListStrategy::CdiAnnotations]);
+        assert_eq!(s.cdi_annotation_prefix, "cdi.k8s.io/");
+        assert_eq!(s.cdi_kind.as_str(), "nvidia.com/gpu");
+        assert_eq!(s.plugin_dir(), Path::new("/k"));
+        assert_eq!(s.features_file, Some(PathBuf::from("/nfd/nvinject")));
+        assert_eq!(s.metrics_address, None);
+        assert!(s.health.is_critical(79));
+        for xid in [13, 31, 43, 45, 68, 94] {
+            assert!(!s.health.is_critical(xid), "XID {xid} is an application error");
+        }
+        assert_eq!(s.health.recovery_period, Some(GoDuration(Duration::from_secs(300))));
+    }
+
+    #[test]
+    fn overrides_beat_the_file() {
+        let text =
+            "flags:\n  migStrategy: single\n  plugin:\n    deviceListStrategy: [envvar, volume-mounts]\n";
+        let over = Overrides {
+            mig_strategy: Some(MigStrategy::Mixed),
+            device_list_strategies: Some(vec![DeviceListStrategy::CdiCri]),
+            ..Default::default()
+        };
+        let s = resolve_text(text, &over).unwrap().settings;
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        assert_eq!(s.device_list_strategies, vec![DeviceListStrategy::CdiCri]);
+        let s = resolve_text(text, &Overrides::default()).unwrap().settings;
+        assert_eq!(s.mig_strategy, MigStrategy::Single);
+        assert_eq!(
+            s.device_list_strategies,
+            vec![DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("flags:\n  migStrategy: half\n", "flags.migStrategy", "half"),
+            (
+                "flags:\n  plugin:\n    deviceListStrategy: [envvar, carrier-pigeon]\n",
+                "deviceListStrategy[1]",
+                "carrier-pigeon",
+            ),
+            ("flags:\n  colour: blue\n", "flags", "colour"),
+            (
+                "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n",
+                "resources[0].replicas",
+                "1 to 1024",
+            ),
+            (
+                "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n",
+                "resources[0]",
+                "replicas",
+            ),
+            (
+                "sharing:\n  timeSlicing:\n    resources:\n    - name: example.com/gpu\n      replicas: 2\n",
+                "resources[0].name",
+                "domain",
+            ),
+            (
+                "sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices: [0, 1]\n",
+                "resources[0].devices",
+                "all",
+            ),
+            (
+                "sharing:\n  timeSlicing:\n    resources: []\n",
+                "sharing.timeSlicing.resources",
+                "no resources",
+            ),
+            (
+                "sharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 2\n",
+                "sharing.mps",
+                "timeSlicing",
+            ),
+            ("version: v2\n", "version", "v1"),
+            ("health:\n  criticalXIDs: some\n", "health.criticalXIDs", "all"),
+            ("health:\n  ignoredXIDs: [79]\n  criticalXIDs: [79]\n", "health.criticalXIDs", "79"),
+            ("health:\n  recoveryPeriod: soon\n", "health.recoveryPeriod", "duration"),
+            ("flags:\n  gdsEnabled: true\n", "flags.gdsEnabled", "not supported"),
+            ("flags:\n  plugin:\n    metricsAddress: everywhere\n", "metricsAddress", "host:port"),
+            ("flags: [\n", "flags", "a mapping"),
+            // The scanner fails before the key is handed over: the path stops at its parent.
+            ("version: v1\nflags:\n  migStrategy: 'unterminated\n", "flags", "line 3"),
+        ];
+        for (text, field, needle) in cases {
+            let e = resolve_text(text, &Overrides::default()).expect_err(text).to_string();
+            assert!(e.starts_with("/etc/cfg.yaml: field `"), "{e}");
+            assert!(e.contains(field), "`{e}` should name `{field}`");
+            assert!(e.contains(needle), "`{e}` should say `{needle}`");
+        }
+    }
+
+    #[test]
+    fn nvidia_keys_we_do_not_act_on_are_reported_not_refused() {
+        let text = "flags:\n  gfd:\n    oneshot: true\n  plugin:\n    nvidiaCTKPath: /usr/bin/nvidia-ctk\nresources:\n  gpus: []\n";
+        let r = resolve_text(text, &Overrides::default()).unwrap();
+        assert_eq!(r.ignored, vec!["resources", "flags.gfd", "flags.plugin.nvidiaCTKPath"]);
+    }
+
+    #[test]
+    fn health_settings_and_nvidia_environment_variable() {
+        let text = "health:\n  ignoredXIDs: [13]\n  recoveryPeriod: 1m30s\n";
+        let s = resolve_text(text, &Overrides::default()).unwrap().settings;
+        assert!(s.health.is_critical(31), "the file's list replaces the defaults");
+        assert!(!s.health.is_critical(13));
+        assert_eq!(s.health.recovery_period, Some(GoDuration(Duration::from_secs(90))));
+
+        let over = Overrides { disable_healthchecks: Some("48, 79".into()), ..Default::default() };
+        let s = resolve_text("", &over).unwrap().settings;
+        assert!(!s.health.is_critical(79));
+        assert!(!s.health.is_critical(13), "defaults kept");
+        let over = Overrides { disable_healthchecks: Some("xids".into()), ..Default::default() };
+        assert!(resolve_text("", &over).unwrap().settings.health.disabled);
+        let over = Overrides { disable_healthchecks: Some("79,lots".into()), ..Default::default() };
+        let e = resolve_text("", &over).unwrap_err().to_string();
+        assert!(e.contains("DP_DISABLE_HEALTHCHECKS") && e.contains("lots"), "{e}");
+
+        let s = resolve_text("health:\n  recoveryPeriod: \"0\"\n", &Overrides::default()).unwrap().settings;
+        assert_eq!(s.health.recovery_period, None, "0 means never recover");
+        let s = resolve_text("health:\n  criticalXIDs: [48, 79]\n", &Overrides::default()).unwrap().settings;
+        assert!(s.health.is_critical(48) && !s.health.is_critical(74));
+    }
+
+    #[test]
+    fn metrics_address_defaults_to_loopback() {
+        assert_eq!(parse_metrics_address("9402").unwrap().to_string(), "127.0.0.1:9402");
+        assert_eq!(parse_metrics_address(":9402").unwrap().to_string(), "127.0.0.1:9402");
+        assert_eq!(parse_metrics_address("0.0.0.0:80").unwrap().to_string(), "0.0.0.0:80");
+        assert!(parse_metrics_address("localhost").is_err());
+    }
+}
