@@ -1,12 +1,44 @@
 //! What doctor observed on the node, as plain values: the probes ([`super::probe`]) build them,
-//! the phases ([`super::phases`]) judge them. Nothing here does I/O.
+//! the phases ([`super::phases`]) judge them. Nothing here does I/O. A probe that got no answer
+//! is a fact too: [`ProbeError`].
 
 use std::collections::BTreeMap;
 
-use nvinject_gpu::Inventory;
+use nvinject_gpu::{Inventory, NvmlError};
 
-use super::probe::ProbeError;
 use crate::containerd::{ConfigSources, ContainerdVersion};
+use crate::cri::CriError;
+use crate::error::Error;
+
+/// Why a probe got no answer. Each message is what `doctor` prints after its own words.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// NVML could not be loaded or queried.
+    #[error(transparent)]
+    Nvml(#[from] NvmlError),
+    /// A path cannot be reached inside the host root (a link out of it, a FIFO, too large, ...).
+    #[error(transparent)]
+    Host(Box<Error>),
+    /// A file that should be text is not UTF-8.
+    #[error("{0} is not UTF-8 text")]
+    NotText(String),
+    /// containerd's version could not be told, over its socket or from its binary.
+    #[error(transparent)]
+    Containerd(Box<Error>),
+    /// A CRI call on containerd's socket failed.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    /// The test container's log directory could not be created.
+    #[error(transparent)]
+    LogDir(Box<Error>),
+}
+
+// Every host-root operation's error is a path under the root that cannot be used.
+impl From<Error> for ProbeError {
+    fn from(e: Error) -> ProbeError {
+        ProbeError::Host(Box::new(e))
+    }
+}
 
 /// The runtimes the running containerd's CRI plugin loaded: handler -> (type, path).
 pub type LoadedRuntimes = BTreeMap<String, (String, String)>;

@@ -14,114 +14,21 @@
 //! under the host root, NVML, containerd, CRI), and records what it saw as [`facts`]; [`phases`]
 //! judges those facts, purely; [`report`] prints the lines.
 
+pub mod args;
 pub mod facts;
 pub mod phases;
 pub mod probe;
 pub mod report;
 
-use std::fmt;
 use std::io::Write;
 
-pub use facts::NodeFacts;
-pub use probe::{DoctorEnv, HostEnv, HostFiles, LogDir, ProbeError};
-pub use report::{Line, Status, print};
+pub use args::DoctorArgs;
+pub use facts::{NodeFacts, ProbeError};
+pub use probe::{DoctorEnv, HostEnv, HostFiles, LogDir};
+pub use report::{Line, Phase, Status, print};
 
 use crate::error::Result;
 use crate::install::Settings;
-
-/// `doctor` flags (besides the host flags shared with install).
-#[derive(Debug, Clone, clap::Args)]
-pub struct DoctorArgs {
-    /// The kubelet's device plugin directory (holds kubelet.sock and the plugins' sockets).
-    #[arg(long, default_value = "/var/lib/kubelet/device-plugins", env = "NVINJECT_DEVICE_PLUGIN_DIR")]
-    pub device_plugin_dir: String,
-    /// The extended resource the device plugin registers.
-    #[arg(long, default_value = "nvidia.com/gpu")]
-    pub resource: String,
-    /// Image for the test container; it needs a C library (nvidia-smi comes from the driver).
-    /// Without it, the container phase is skipped.
-    #[arg(long, env = "NVINJECT_TEST_IMAGE")]
-    pub test_image: Option<String>,
-    /// Command the test container runs; it must exit 0 when it sees a GPU.
-    #[arg(long, num_args = 1.., default_values = ["nvidia-smi", "-L"])]
-    pub test_command: Vec<String>,
-    /// CDI device the test container asks for.
-    #[arg(long, default_value = "nvidia.com/gpu=all")]
-    pub test_device: String,
-    /// Phases to skip (driver, cdi, containerd, device-plugin, container).
-    #[arg(long, value_delimiter = ',')]
-    pub skip: Vec<String>,
-}
-
-impl Default for DoctorArgs {
-    fn default() -> Self {
-        DoctorArgs {
-            device_plugin_dir: "/var/lib/kubelet/device-plugins".into(),
-            resource: "nvidia.com/gpu".into(),
-            test_image: None,
-            test_command: vec!["nvidia-smi".into(), "-L".into()],
-            test_device: "nvidia.com/gpu=all".into(),
-            skip: Vec::new(),
-        }
-    }
-}
-
-/// The steps of the chain, in the order they run and print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    /// Driver and NVML.
-    Driver,
-    /// CDI spec present and fresh.
-    Cdi,
-    /// containerd runtime and shim.
-    Containerd,
-    /// Device plugin registered.
-    DevicePlugin,
-    /// A container gets a GPU.
-    Container,
-}
-
-impl Phase {
-    /// Every phase, in order.
-    pub const ALL: [Phase; 5] =
-        [Phase::Driver, Phase::Cdi, Phase::Containerd, Phase::DevicePlugin, Phase::Container];
-
-    /// The name printed in the report and accepted by `--skip`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Driver => "driver",
-            Phase::Cdi => "cdi",
-            Phase::Containerd => "containerd",
-            Phase::DevicePlugin => "device-plugin",
-            Phase::Container => "container",
-        }
-    }
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // `pad`, so the report's column width applies.
-        f.pad(self.name())
-    }
-}
-
-impl PartialEq<str> for Phase {
-    fn eq(&self, other: &str) -> bool {
-        self.name() == other
-    }
-}
-
-impl PartialEq<&str> for Phase {
-    fn eq(&self, other: &&str) -> bool {
-        self.name() == *other
-    }
-}
-
-impl DoctorArgs {
-    fn skips(&self, phase: Phase) -> bool {
-        self.skip.iter().any(|s| s == phase.name())
-    }
-}
 
 /// Runs every phase and returns the lines: each phase probes the node, then is judged on what
 /// it found.

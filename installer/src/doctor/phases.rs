@@ -4,10 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::facts::{ContainerdFacts, DriverFacts, PluginFacts, SpecFacts};
-use super::probe::ProbeError;
-use super::report::{Line, Status};
-use super::{DoctorArgs, Phase};
+use super::args::DoctorArgs;
+use super::facts::{ContainerdFacts, DriverFacts, PluginFacts, ProbeError, SpecFacts};
+use super::report::{Line, Phase, Status};
 use crate::containerd;
 use crate::containerd::plan::{CDI_ANNOTATIONS, EffectiveRuntime, SHIM_RUNTIME_TYPE};
 use crate::cri::TestContainer;

@@ -5,49 +5,19 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use nvinject_gpu::{Inventory, NvmlError};
+use nvinject_gpu::Inventory;
 
-use super::DoctorArgs;
+use super::args::DoctorArgs;
 use super::facts::{
-    ContainerdConfigFacts, ContainerdFacts, DriverFacts, LoadedRuntimes, PluginFacts, SpecFacts,
+    ContainerdConfigFacts, ContainerdFacts, DriverFacts, LoadedRuntimes, PluginFacts, ProbeError, SpecFacts,
 };
 use super::phases;
 use crate::containerd::{self, ConfigSources, ContainerdVersion, EffectiveCdi};
-use crate::cri::{CriError, TestContainer};
+use crate::cri::TestContainer;
 use crate::error::{Error, Result};
 use crate::install::Settings;
 use crate::paths::{FILE_LIMIT, HostDir, HostRoot, host_join};
 use crate::service::Containerd;
-
-/// Why a probe got no answer. Each message is what `doctor` prints after its own words.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    /// NVML could not be loaded or queried.
-    #[error(transparent)]
-    Nvml(#[from] NvmlError),
-    /// A path cannot be reached inside the host root (a link out of it, a FIFO, too large, ...).
-    #[error(transparent)]
-    Host(Box<Error>),
-    /// A file that should be text is not UTF-8.
-    #[error("{0} is not UTF-8 text")]
-    NotText(String),
-    /// containerd's version could not be told, over its socket or from its binary.
-    #[error(transparent)]
-    Containerd(Box<Error>),
-    /// A CRI call on containerd's socket failed.
-    #[error(transparent)]
-    Cri(#[from] CriError),
-    /// The test container's log directory could not be created.
-    #[error(transparent)]
-    LogDir(Box<Error>),
-}
-
-// Every host-root operation's error is a path under the root that cannot be used.
-impl From<Error> for ProbeError {
-    fn from(e: Error) -> ProbeError {
-        ProbeError::Host(Box::new(e))
-    }
-}
 
 /// What doctor asks of the node: its files (through the host root) and its services (NVML,
 /// containerd, CRI). [`HostEnv`] is the real one; tests give fakes for the services and a temp

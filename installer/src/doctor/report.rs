@@ -1,8 +1,58 @@
-//! The report: one line per phase, and how it is printed.
+//! The report: the phases, one line per phase, and how it is printed.
 
+use std::fmt;
 use std::io::Write;
 
-use super::Phase;
+/// The steps of the chain, in the order they run and print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Driver and NVML.
+    Driver,
+    /// CDI spec present and fresh.
+    Cdi,
+    /// containerd runtime and shim.
+    Containerd,
+    /// Device plugin registered.
+    DevicePlugin,
+    /// A container gets a GPU.
+    Container,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 5] =
+        [Phase::Driver, Phase::Cdi, Phase::Containerd, Phase::DevicePlugin, Phase::Container];
+
+    /// The name printed in the report and accepted by `--skip`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Driver => "driver",
+            Phase::Cdi => "cdi",
+            Phase::Containerd => "containerd",
+            Phase::DevicePlugin => "device-plugin",
+            Phase::Container => "container",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `pad`, so the report's column width applies.
+        f.pad(self.name())
+    }
+}
+
+impl PartialEq<str> for Phase {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+impl PartialEq<&str> for Phase {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
 
 /// A phase's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
