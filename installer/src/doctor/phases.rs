@@ -395,3 +395,42 @@ pub fn container(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::CriError;
+    use crate::paths::HostRoot;
+
+    // The phases need no host: facts in, line out.
+    #[test]
+    fn phases_judge_facts_alone() {
+        let line = driver(&DriverFacts::NoModule { version_file: "/sys/module/nvidia/version".into() });
+        assert_eq!((line.phase, line.status), (Phase::Driver, Status::Fail));
+        assert!(line.detail.contains("/sys/module/nvidia/version is missing"), "{line:?}");
+
+        let settings = Settings::defaults(HostRoot::new("/nonexistent"), PathBuf::from("/unused"));
+        let line = containerd(&settings, &ContainerdFacts::Silent(CriError::NoConfig.into()));
+        assert_eq!(line.status, Status::Fail);
+        assert_eq!(line.detail, "containerd does not answer: CRI status has no config");
+
+        let args = DoctorArgs::default();
+        let facts = PluginFacts {
+            kubelet: "/k/kubelet.sock".into(),
+            kubelet_answers: true,
+            answering: vec!["nvinject-gpu.sock".into()],
+            checkpoint: Some(r#"{"Data":{"RegisteredDevices":{"nvidia.com/gpu":["GPU-1"]}}}"#.into()),
+        };
+        let line = plugin(&args, &facts);
+        assert_eq!(line.status, Status::Ok, "{line:?}");
+        assert_eq!(line.detail, "nvidia.com/gpu registered with 1 device(s) (nvinject-gpu.sock)");
+
+        let skipped =
+            test_container(&settings, &args, &[Line::fail(Phase::Cdi, "stale", "fix")]).unwrap_err();
+        assert_eq!((skipped.phase, skipped.status), (Phase::Container, Status::Skip));
+        // A failed device plugin does not stop the container phase; no image does.
+        let no_image =
+            test_container(&settings, &args, &[Line::fail(Phase::DevicePlugin, "x", "y")]).unwrap_err();
+        assert!(no_image.detail.starts_with("no --test-image"), "{no_image:?}");
+    }
+}
