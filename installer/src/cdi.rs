@@ -8,7 +8,7 @@ use nvinject_cdi_gen::{GenerateOptions, Nvml, Root, generate};
 
 use crate::containerd::EffectiveCdi;
 use crate::containerd::imports::clean;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::install::{SpecGenerator, SpecRequest};
 use crate::paths::{HostRoot, host_join};
 
@@ -32,7 +32,7 @@ impl SpecGenerator for CdiGen {
         );
         opts.nvml_lib = r.nvml_lib.as_ref().map(|p| r.host_root.locate(p)).transpose()?;
         opts.mps_pipe_dir = r.mps_pipe_dir.as_deref().map(root).transpose()?;
-        let spec = generate(&opts, &Nvml).map_err(|e| Error::Cdi(e.to_string()))?;
+        let spec = generate(&opts, &Nvml)?;
         Ok(nvinject_cdi::codec::to_string(&spec, Format::Json).into_bytes())
     }
 }

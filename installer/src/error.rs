@@ -109,9 +109,9 @@ pub enum Error {
         /// The last connection error.
         last_error: String,
     },
-    /// The CDI spec could not be generated.
+    /// The CDI spec could not be generated (NVML, the driver root, or the spec's own checks).
     #[error("CDI spec: {0}")]
-    Cdi(String),
+    Cdi(#[from] nvinject_cdi_gen::GenerateError),
     /// The manifests cannot be rendered.
     #[error("manifests: {0}")]
     Manifest(String),

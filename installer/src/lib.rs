@@ -6,7 +6,8 @@
 //! small edges behind traits; the containerd change is planned as a pure function of TOML text
 //! ([`containerd::plan`]). It must never leave a file half-written (every write is temp + rename),
 //! never restart containerd when the effective configuration did not change, and never remove
-//! or rewrite a file someone else changed since we wrote it.
+//! or rewrite a file someone else changed since we wrote it. `doctor` only reads: it asks the node
+//! through [`doctor::DoctorEnv`] and judges what it saw with pure functions.
 
 pub mod cdi;
 pub mod containerd;

@@ -1,9 +1,10 @@
-//! `/etc/nvinject/config.toml`, rendered from the shim's own configuration type so the installer
-//! can never write a key the shim rejects.
+//! `/etc/nvinject/config.toml`, rendered from the shim's own configuration type (the small
+//! `nvinject-shim-config` crate, not the shim itself) so the installer can never write a key the
+//! shim rejects.
 
 use std::path::PathBuf;
 
-use nvinject_shim::config::Config;
+use nvinject_shim_config::Config;
 
 use crate::containerd::RuntimeMode;
 use crate::error::{Error, Result};

@@ -13,7 +13,7 @@ use nvinject_installer::fsx::FaultHook;
 use nvinject_installer::install::{Installer, Settings};
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::runtime_config::ShimConfig;
-use nvinject_shim::config::Config;
+use nvinject_shim_config::Config;
 
 fn host() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

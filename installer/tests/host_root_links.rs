@@ -4,7 +4,6 @@
 //! `..` chain past it, and a `/proc/self/root` (magic) link. In every case the installer must
 //! either refuse or stay inside the root; the file outside is planted so that reaching it shows.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::os::unix::net::UnixListener;
@@ -12,11 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use nvinject_gpu::Inventory;
+use nvinject_gpu::{Inventory, NvmlError};
 use nvinject_installer::cdi::CdiGen;
 use nvinject_installer::containerd::ContainerdVersion;
+use nvinject_installer::cri::{CriError, TestContainer};
 use nvinject_installer::devchar;
-use nvinject_installer::doctor::{DoctorArgs, DoctorEnv, LogDir, Status, TestContainer, check};
+use nvinject_installer::doctor::facts::LoadedRuntimes;
+use nvinject_installer::doctor::{DoctorArgs, DoctorEnv, HostFiles, LogDir, ProbeError, Status, check};
 use nvinject_installer::install::{Settings, SpecGenerator, SpecRequest};
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::service::{Containerd, HostContainerd, RestartMode};
@@ -261,20 +262,30 @@ fn devchar_scan_stays_inside_the_root() {
     assert_eq!(found(&t, "/dev"), [("nvidia0".to_owned(), 195, 0)]);
 }
 
-struct FakeEnv;
+/// Services faked; the files are the real probes over the test's host root (what is tested).
+struct FakeEnv(HostFiles);
+
+impl FakeEnv {
+    fn new(settings: &Settings) -> FakeEnv {
+        FakeEnv(HostFiles::new(settings.host_root.clone()))
+    }
+}
 
 impl DoctorEnv for FakeEnv {
-    fn inventory(&self, _: Option<&Path>) -> Result<Inventory, String> {
-        Err("not asked in these tests".into())
+    fn files(&self) -> &HostFiles {
+        &self.0
     }
-    fn containerd_version(&self) -> Result<ContainerdVersion, String> {
+    fn inventory(&self, _: Option<&Path>) -> Result<Inventory, ProbeError> {
+        Err(NvmlError::DriverNotLoaded { library: "not asked in these tests".into() }.into())
+    }
+    fn containerd_version(&self) -> Result<ContainerdVersion, ProbeError> {
         Ok(ContainerdVersion::new(1, 7, 20))
     }
-    fn cri_runtimes(&self) -> Result<BTreeMap<String, (String, String)>, String> {
-        Ok(BTreeMap::from([("nvidia".to_owned(), ("io.containerd.runc.v2".to_owned(), String::new()))]))
+    fn cri_runtimes(&self) -> Result<LoadedRuntimes, ProbeError> {
+        Ok(LoadedRuntimes::from([("nvidia".to_owned(), ("io.containerd.runc.v2".to_owned(), String::new()))]))
     }
-    fn run_container(&self, _: &TestContainer) -> Result<(i32, String), String> {
-        Err("not asked in these tests".into())
+    fn run_container(&self, _: &TestContainer) -> Result<(i32, String), ProbeError> {
+        Err(CriError::Timeout.into())
     }
 }
 
@@ -286,7 +297,7 @@ fn doctor(t: &Trees, only: &str, adjust: impl FnOnce(&mut Settings)) -> (Status,
         skip: phases.iter().filter(|p| **p != only).map(|p| (*p).to_owned()).collect(),
         ..DoctorArgs::default()
     };
-    let lines = check(&s, &args, &FakeEnv);
+    let lines = check(&s, &args, &FakeEnv::new(&s));
     let line = lines.into_iter().find(|l| l.phase == only).unwrap();
     (line.status, line.detail)
 }
@@ -340,7 +351,8 @@ fn doctor_probes_do_not_follow_links_out_of_the_root() {
             ..DoctorArgs::default()
         };
         let s = Settings::defaults(t.host(), PathBuf::from("/unused"));
-        let line = check(&s, &s_dir, &FakeEnv).into_iter().find(|l| l.phase == "device-plugin").unwrap();
+        let line =
+            check(&s, &s_dir, &FakeEnv::new(&s)).into_iter().find(|l| l.phase == "device-plugin").unwrap();
         assert_eq!(line.status, Status::Fail, "{kind}: {}", line.detail);
         assert!(line.detail.contains("does not answer"), "{kind}: {}", line.detail);
     }

@@ -203,13 +203,7 @@ impl Injector {
     /// An injector for `config`. `regenerator` is used only when `[regenerate] enabled`.
     pub fn new(config: &Config, regenerator: Box<dyn Regenerate>) -> Injector {
         let policy = Policy {
-            // The config was checked when loaded; a kind that still does not parse falls back to
-            // NVIDIA's, which is what an unset key means.
-            default_kind: config
-                .cdi
-                .default_kind
-                .parse()
-                .unwrap_or_else(|_| "nvidia.com/gpu".parse().expect("valid kind")),
+            default_kind: config.cdi.default_kind.clone(),
             annotation_prefixes: config.cdi.annotation_prefixes.clone(),
             accept_env_unprivileged: config.requests.accept_env_unprivileged,
             accept_volume_mounts: config.requests.accept_volume_mounts,

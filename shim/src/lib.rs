@@ -9,7 +9,6 @@
 
 pub mod address;
 pub mod capabilities;
-pub mod config;
 pub mod daemon;
 pub mod frame;
 pub mod inject;
@@ -20,3 +19,6 @@ pub mod regenerate;
 pub mod reply;
 pub mod request;
 pub mod start;
+
+/// The runtime configuration, `/etc/nvinject/config.toml`: its own crate, which the installer shares.
+pub use nvinject_shim_config as config;

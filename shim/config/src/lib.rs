@@ -1,12 +1,18 @@
-//! The runtime configuration, `/etc/nvinject/config.toml`.
+//! The shim's runtime configuration, `/etc/nvinject/config.toml`: its types, defaults, parsing and
+//! checks, in one small crate so that the shim (which reads the file) and the installer (which
+//! writes it) share one owner type without the installer linking the shim.
 //!
 //! Every key is optional and has the default documented in `shim/README.md`; unknown keys are
-//! rejected with their name so a typo never silently changes behaviour. The installer writes this
-//! file; the shim reads it when it starts a proxy (and on `start`, for the delegate).
+//! rejected with their name so a typo never silently changes behaviour. Values that name a CDI kind
+//! are held as [`nvinject_cdi::Kind`], checked once when the file is read.
+//!
+//! Boundary: pure data and text. It reads one file ([`Config::load`]) and nothing else; it must
+//! never depend on the shim's runtime crates (ttrpc, containerd-shim, protobuf) or on NVML.
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use nvinject_cdi::Kind;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Where the configuration lives unless `NVINJECT_CONFIG` or `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvinject/config.toml";
@@ -14,9 +20,11 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvinject/config.toml";
 /// Environment variable naming another configuration file.
 pub const CONFIG_ENV: &str = "NVINJECT_CONFIG";
 
-/// The whole file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+/// The whole file, checked: built only by [`Config::parse`], [`Config::load`] or from
+/// [`Config::default`], so a value held here is one the shim accepts. It serializes to the file's
+/// TOML (what the installer writes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
 pub struct Config {
     /// Where CDI specs are found and how requests name devices.
     pub cdi: CdiConfig,
@@ -29,25 +37,37 @@ pub struct Config {
 }
 
 /// `[cdi]`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct CdiConfig {
     /// Spec directories, lowest priority first (a later directory wins for the same device).
     pub spec_dirs: Vec<PathBuf>,
     /// Kind given to bare device ids (`1`, `GPU-...`) in requests.
-    pub default_kind: String,
+    #[serde(serialize_with = "kind_text")]
+    pub default_kind: Kind,
     /// Annotation key prefixes whose values are CDI device requests.
     pub annotation_prefixes: Vec<String>,
+}
+
+/// NVIDIA's kind, what an unset `default-kind` means.
+fn nvidia_gpu() -> Kind {
+    // A literal that the tests parse: this cannot fail at run time.
+    Kind::new("nvidia.com", "gpu").expect("nvidia.com/gpu is a valid CDI kind")
 }
 
 impl Default for CdiConfig {
     fn default() -> Self {
         CdiConfig {
             spec_dirs: nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect(),
-            default_kind: "nvidia.com/gpu".to_owned(),
+            default_kind: nvidia_gpu(),
             annotation_prefixes: vec!["cdi.k8s.io/".to_owned()],
         }
     }
+}
+
+// The file holds a kind as its `vendor/class` text.
+fn kind_text<S: Serializer>(kind: &Kind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.as_str())
 }
 
 /// `[requests]`. Both keys default to false (the derived `Default`): neither request form is
@@ -195,6 +215,34 @@ pub enum ConfigError {
     },
 }
 
+/// The file as written, before its checks: what serde reads. Each section that needs no conversion
+/// is its checked type already; `[cdi]` holds the kind as text until [`ConfigFile::check`] parses
+/// it, so a bad kind is reported like every other unusable value (file, key, value, fix).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+struct ConfigFile {
+    cdi: CdiFile,
+    requests: RequestsConfig,
+    runtime: RuntimeConfig,
+    regenerate: RegenerateConfig,
+}
+
+/// `[cdi]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+struct CdiFile {
+    spec_dirs: Vec<PathBuf>,
+    default_kind: String,
+    annotation_prefixes: Vec<String>,
+}
+
+impl Default for CdiFile {
+    fn default() -> Self {
+        let CdiConfig { spec_dirs, default_kind, annotation_prefixes } = CdiConfig::default();
+        CdiFile { spec_dirs, default_kind: default_kind.to_string(), annotation_prefixes }
+    }
+}
+
 impl Config {
     /// Reads `path`; a missing file means all defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -207,20 +255,22 @@ impl Config {
 
     /// Parses and checks the text of a configuration file (`path` is for messages).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim().to_owned(),
         })?;
-        config.check(path)?;
-        Ok(config)
+        file.check(path)
     }
 
     /// The configuration path this process should use: `NVINJECT_CONFIG` or the default.
     pub fn default_path() -> PathBuf {
         std::env::var_os(CONFIG_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH))
     }
+}
 
-    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+impl ConfigFile {
+    /// The checked configuration, or the first unusable value in the order the keys are checked.
+    fn check(self, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |key, value: &dyn std::fmt::Debug, fix| ConfigError::Invalid {
             path: path.to_owned(),
             key,
@@ -238,13 +288,13 @@ impl Config {
             return Err(invalid("cdi.spec-dirs", dir, "spec directories must be absolute paths"));
         }
         // The CDI name rules themselves: a kind that passed here is the kind requests get.
-        if self.cdi.default_kind.parse::<nvinject_cdi::Kind>().is_err() {
-            return Err(invalid(
+        let default_kind: Kind = self.cdi.default_kind.parse().map_err(|_| {
+            invalid(
                 "cdi.default-kind",
                 &self.cdi.default_kind,
                 "write vendor/class as CDI names it (letters, digits, '-', '_', '.'), e.g. nvidia.com/gpu",
-            ));
-        }
+            )
+        })?;
         if self.cdi.annotation_prefixes.iter().any(|p| p.is_empty()) {
             return Err(invalid(
                 "cdi.annotation-prefixes",
@@ -269,7 +319,16 @@ impl Config {
                 "name the runc shim, e.g. containerd-shim-runc-v2",
             ));
         }
-        Ok(())
+        Ok(Config {
+            cdi: CdiConfig {
+                spec_dirs: self.cdi.spec_dirs,
+                default_kind,
+                annotation_prefixes: self.cdi.annotation_prefixes,
+            },
+            requests: self.requests,
+            runtime: self.runtime,
+            regenerate: self.regenerate,
+        })
     }
 }
 
@@ -322,7 +381,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(c.cdi.default_kind, "example.com/dev");
+        assert_eq!(c.cdi.default_kind.as_str(), "example.com/dev");
         assert!(c.requests.accept_env_unprivileged);
         assert!(c.requests.accept_volume_mounts);
         assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
@@ -366,6 +425,43 @@ mod tests {
         for (text, key) in cases {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_default_kind_is_nvidias_and_a_kind_is_checked_once_when_read() {
+        assert_eq!(Config::default().cdi.default_kind.as_str(), "nvidia.com/gpu");
+        let c = parse("[cdi]\ndefault-kind = \"example.com/dev\"").unwrap();
+        assert_eq!((c.cdi.default_kind.vendor(), c.cdi.default_kind.class()), ("example.com", "dev"));
+        // The whole message, as before the kind became typed: file, key, value and fix.
+        let err = parse("[cdi]\ndefault-kind = \"gpu\"").unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { key: "cdi.default-kind", .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "/etc/nvinject/config.toml: cdi.default-kind = \"\\\"gpu\\\"\": write vendor/class as CDI names it \
+             (letters, digits, '-', '_', '.'), e.g. nvidia.com/gpu"
+        );
+        // Not a string at all: the parser's message, naming the key.
+        let err = parse("[cdi]\ndefault-kind = 5").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("default-kind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn what_is_written_reads_back_the_same() {
+        let mut c = Config::default();
+        c.cdi.default_kind = "example.com/dev".parse().unwrap();
+        c.cdi.spec_dirs.push(PathBuf::from("/opt/cdi"));
+        c.requests.accept_volume_mounts = true;
+        c.requests.driver_capabilities = DriverCapabilities::Ignore;
+        c.runtime.log_file = Some(PathBuf::from("/var/log/nvinject.log"));
+        c.regenerate.mps_pipe_dir = Some(PathBuf::from("/run/nvidia/mps"));
+        for config in [Config::default(), c] {
+            let text = toml::to_string(&config).unwrap();
+            assert!(text.contains(&format!("default-kind = \"{}\"", config.cdi.default_kind)), "{text}");
+            assert_eq!(parse(&text).unwrap(), config, "{text}");
         }
     }
 
