@@ -1,4 +1,5 @@
-//! The CDI spec through the cdi-gen library, with host-path rebasing: files are found through
+//! The CDI spec seam (what a spec is generated from, and the generator trait an install calls) and
+//! its production implementation through the cdi-gen library, with host-path rebasing: files are found through
 //! the host root, and the spec names them by their host paths.
 
 use std::path::PathBuf;
@@ -9,8 +10,34 @@ use nvinject_cdi_gen::{GenerateOptions, Nvml, Root, generate};
 use crate::containerd::EffectiveCdi;
 use crate::containerd::imports::clean;
 use crate::error::Result;
-use crate::install::{SpecGenerator, SpecRequest};
 use crate::paths::{HostRoot, host_join};
+
+/// What the CDI spec is generated from (host paths, plus the host root to reach them).
+#[derive(Debug, Clone)]
+pub struct SpecRequest {
+    /// Host root.
+    pub host_root: HostRoot,
+    /// Driver root (host path).
+    pub driver_root: String,
+    /// Dev root (host path).
+    pub dev_root: String,
+    /// Proc root (host path).
+    pub proc_root: String,
+    /// Sys root (host path).
+    pub sys_root: String,
+    /// NVML library (host path), if not the driver root's.
+    pub nvml_lib: Option<String>,
+    /// Hook path written into the spec (host path).
+    pub hook_path: String,
+    /// The MPS pipe directory (host path) the spec mounts, if any.
+    pub mps_pipe_dir: Option<String>,
+}
+
+/// Produces the CDI spec file for this node (the cdi-gen library in production).
+pub trait SpecGenerator {
+    /// The spec's bytes, deterministic for a given node.
+    fn generate(&self, request: &SpecRequest) -> Result<Vec<u8>>;
+}
 
 /// The production spec generator (NVML + driver root + dev root).
 #[derive(Debug, Clone, Copy, Default)]

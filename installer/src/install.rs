@@ -148,32 +148,9 @@ impl Settings {
     }
 }
 
-/// What the CDI spec is generated from (host paths, plus the host root to reach them).
-#[derive(Debug, Clone)]
-pub struct SpecRequest {
-    /// Host root.
-    pub host_root: HostRoot,
-    /// Driver root (host path).
-    pub driver_root: String,
-    /// Dev root (host path).
-    pub dev_root: String,
-    /// Proc root (host path).
-    pub proc_root: String,
-    /// Sys root (host path).
-    pub sys_root: String,
-    /// NVML library (host path), if not the driver root's.
-    pub nvml_lib: Option<String>,
-    /// Hook path written into the spec (host path).
-    pub hook_path: String,
-    /// The MPS pipe directory (host path) the spec mounts, if any.
-    pub mps_pipe_dir: Option<String>,
-}
-
-/// Produces the CDI spec file for this node (the cdi-gen library in production).
-pub trait SpecGenerator {
-    /// The spec's bytes, deterministic for a given node.
-    fn generate(&self, request: &SpecRequest) -> Result<Vec<u8>>;
-}
+// The spec seam lives with its production implementation; re-exported here because an install
+// is where callers meet it.
+pub use crate::cdi::{SpecGenerator, SpecRequest};
 
 /// Produces `/etc/nvinject/config.toml` (the shim's config type in production).
 pub trait RuntimeConfigWriter {
