@@ -34,6 +34,11 @@ pub const ANNOTATION_DEV_ROOT: &str = "nvinject.io/dev-root";
 /// contexts; [`default_kind`] gives it as a [`Kind`].
 pub const DEFAULT_KIND: &str = "nvidia.com/gpu";
 
+/// The vendor of [`DEFAULT_KIND`] (cdi-gen's `--vendor` default).
+pub const DEFAULT_VENDOR: &str = "nvidia.com";
+/// The class of [`DEFAULT_KIND`] (cdi-gen's `--class` default).
+pub const DEFAULT_CLASS: &str = "gpu";
+
 /// [`DEFAULT_KIND`] as a [`Kind`].
 pub fn default_kind() -> Kind {
     DEFAULT_KIND.parse().expect("DEFAULT_KIND is a valid kind (pinned by a test)")
@@ -620,6 +625,7 @@ mod tests {
     #[test]
     fn the_default_kind_is_a_valid_kind() {
         assert_eq!(default_kind().as_str(), DEFAULT_KIND);
+        assert_eq!((default_kind().vendor(), default_kind().class()), (DEFAULT_VENDOR, DEFAULT_CLASS));
         assert!(DEFAULT_HOOK_PATH.ends_with(&format!("/{HOOK_PROGRAM}")));
     }
 
