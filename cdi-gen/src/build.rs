@@ -18,10 +18,14 @@
 //! spec never needs to stat the host.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
-use nvinject_cdi::{ContainerEdits, Device, DeviceNode, Hook, Kind, Mount, Spec, minimum_version};
+use nvinject_cdi::nvinject::{
+    ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_GENERATED_BY, CudaCompat, HookCommand,
+    HookInvocation, HookKind, HookLink,
+};
+use nvinject_cdi::{
+    ContainerEdits, Device, DeviceNode, DeviceType, Hook, Kind, Mount, Spec, minimum_version,
+};
 use nvinject_gpu::{DeviceRef, Inventory, NamingStrategy};
 use sha2::{Digest, Sha256};
 
@@ -29,16 +33,9 @@ use crate::devices::{CTL_MINOR, DevTree, MigCap, NVIDIA_MAJOR, NodeInfo, NodeTyp
 use crate::driver::DriverFiles;
 use crate::root::join;
 
-/// Annotation: driver version the spec was made for (compare with `<sys>/module/nvidia/version`).
-pub const ANNOTATION_DRIVER_VERSION: &str = "nvinject.io/driver-version";
-/// Annotation: sha256 over device UUIDs, minors, MIG instance ids and the driver version.
-pub const ANNOTATION_INVENTORY_DIGEST: &str = "nvinject.io/inventory-digest";
-/// Annotation: `nvinject-cdi <version>`.
-pub const ANNOTATION_GENERATED_BY: &str = "nvinject.io/generated-by";
-/// Annotation: the host driver root used.
-pub const ANNOTATION_DRIVER_ROOT: &str = "nvinject.io/driver-root";
-/// Annotation: the host dev root used.
-pub const ANNOTATION_DEV_ROOT: &str = "nvinject.io/dev-root";
+/// Re-exported only for `installer/src/doctor.rs`, which still names them here; the owner is
+/// [`nvinject_cdi::nvinject`], and this goes once the installer imports from there.
+pub use nvinject_cdi::nvinject::{ANNOTATION_DRIVER_VERSION, ANNOTATION_INVENTORY_DIGEST};
 
 /// Name of the device holding every device.
 pub const ALL_DEVICE: &str = "all";
@@ -74,51 +71,6 @@ const DEV_LINKS: [(&str, &str); 4] = [
     ("libnvidia-vulkan-producer", "libnvidia-vulkan-producer.so"),
 ];
 
-/// The hooks cdi-gen writes, by the name `--disable-hook` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum HookKind {
-    /// `nvinject-hook create-symlinks --link target::link ...`.
-    CreateSymlinks,
-    /// `nvinject-hook update-ldcache --folder DIR ...`.
-    UpdateLdcache,
-    /// `nvinject-hook enable-cuda-compat --host-driver-version=VERSION` (NVIDIA's spelling).
-    EnableCudaCompat,
-}
-
-impl HookKind {
-    /// Every hook, for parsing a name back.
-    const ALL: [HookKind; 3] =
-        [HookKind::CreateSymlinks, HookKind::UpdateLdcache, HookKind::EnableCudaCompat];
-
-    /// The name on the command line and as the hook's subcommand.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookKind::CreateSymlinks => "create-symlinks",
-            HookKind::UpdateLdcache => "update-ldcache",
-            HookKind::EnableCudaCompat => "enable-cuda-compat",
-        }
-    }
-}
-
-impl fmt::Display for HookKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An unknown `--disable-hook` name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown hook `{0}`: expected create-symlinks, update-ldcache or enable-cuda-compat")]
-pub struct UnknownHook(pub String);
-
-impl FromStr for HookKind {
-    type Err = UnknownHook;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|h| h.as_str() == s).ok_or_else(|| UnknownHook(s.to_owned()))
-    }
-}
-
 /// What the spec lists as devices.
 #[derive(Debug, Clone, Copy)]
 pub enum Source<'a> {
@@ -153,7 +105,7 @@ impl SpecChoices {
     /// every device, every hook.
     pub fn new(hook_path: String) -> Self {
         SpecChoices {
-            kind: Kind::new("nvidia.com", "gpu").expect("the default kind is valid"),
+            kind: nvinject_cdi::nvinject::default_kind(),
             naming: vec![NamingStrategy::Index, NamingStrategy::Uuid],
             hook_path,
             all_device: true,
@@ -284,7 +236,10 @@ impl Builder<'_> {
         Some(DeviceNode {
             path: path.to_owned(),
             host_path: self.host_dev(path),
-            device_type: Some(info.node_type.as_str().to_owned()),
+            device_type: Some(match info.node_type {
+                NodeType::Char => DeviceType::Char,
+                NodeType::Block => DeviceType::Block,
+            }),
             major: Some(i64::from(info.major)),
             minor: Some(i64::from(info.minor)),
             file_mode: Some(info.mode),
@@ -298,20 +253,18 @@ impl Builder<'_> {
         NodeInfo { node_type: NodeType::Char, major, minor, mode }
     }
 
-    fn hook(&self, kind: HookKind, flag: &str, values: impl IntoIterator<Item = String>) -> Option<Hook> {
+    /// The spec's run of `command`, unless that hook is disabled.
+    fn hook(&self, command: HookCommand) -> Option<Hook> {
+        let kind = command.subcommand().kind().expect("cdi-gen writes only spec hooks");
         if self.opts.choices.disabled_hooks.contains(&kind) {
             return None;
         }
         let argv0 = self.opts.choices.hook_path.rsplit('/').next().unwrap_or(&self.opts.choices.hook_path);
-        let mut args = vec![argv0.to_owned(), kind.as_str().to_owned()];
-        for v in values {
-            args.push(flag.to_owned());
-            args.push(v);
-        }
-        (args.len() > 2).then(|| Hook {
+        let run = HookInvocation { argv0: argv0.to_owned(), ..HookInvocation::new(command) };
+        Some(Hook {
             hook_name: "createContainer".into(),
             path: self.opts.choices.hook_path.clone(),
-            args,
+            args: run.to_args(),
             // Explicit, so runc never hands the hook the container's environment.
             env: nvinject_cdi::minimal_hook_env(),
             ..Default::default()
@@ -435,26 +388,24 @@ impl Builder<'_> {
         folders.sort();
         folders.dedup();
 
+        let links: Vec<HookLink> =
+            links.into_iter().map(|(link, target)| HookLink { target, link }).collect();
         let hooks = [
-            self.hook(
-                HookKind::CreateSymlinks,
-                "--link",
-                links.into_iter().map(|(link, target)| format!("{target}::{link}")),
-            ),
+            self.links_hook(links),
             // Between the links and the cache, as nvidia-ctk orders them: the hook decides whether
             // the image's CUDA compat libraries come first, and the cache is built that way.
-            self.hook(
-                HookKind::EnableCudaCompat,
-                "--host-driver-version",
-                (!driver_version.is_empty()).then(|| driver_version.to_owned()),
-            )
-            .map(|mut h| {
-                // One `--flag=value` argument, NVIDIA's spelling.
-                let flag = h.args.split_off(2).join("=");
-                h.args.push(flag);
-                h
-            }),
-            self.hook(HookKind::UpdateLdcache, "--folder", folders),
+            (!driver_version.is_empty())
+                .then(|| {
+                    let compat = CudaCompat {
+                        host_driver_version: Some(driver_version.to_owned()),
+                        ..Default::default()
+                    };
+                    self.hook(HookCommand::EnableCudaCompat { compat })
+                })
+                .flatten(),
+            (!folders.is_empty())
+                .then(|| self.hook(HookCommand::UpdateLdcache { folders, ldconfig_path: None }))
+                .flatten(),
         ];
         ContainerEdits {
             env,
@@ -466,9 +417,15 @@ impl Builder<'_> {
     }
 
     fn edits_with_links(&self, nodes: Vec<DeviceNode>, links: &[(String, String)]) -> ContainerEdits {
-        let hook =
-            self.hook(HookKind::CreateSymlinks, "--link", links.iter().map(|(t, l)| format!("{t}::{l}")));
+        let links =
+            links.iter().map(|(target, link)| HookLink { target: target.clone(), link: link.clone() });
+        let hook = self.links_hook(links.collect());
         ContainerEdits { device_nodes: nodes, hooks: hook.into_iter().collect(), ..Default::default() }
+    }
+
+    /// A create-symlinks run, when there are links.
+    fn links_hook(&self, links: Vec<HookLink>) -> Option<Hook> {
+        (!links.is_empty()).then(|| self.hook(HookCommand::CreateSymlinks { links })).flatten()
     }
 }
 
@@ -619,7 +576,7 @@ pub fn build_spec(
     .collect();
     let mut spec = Spec {
         cdi_version: String::new(),
-        kind: opts.choices.kind.to_string(),
+        kind: opts.choices.kind.clone(),
         annotations,
         devices,
         container_edits: b.common_edits(files, driver_version),
@@ -742,7 +699,7 @@ mod tests {
 
     fn opts() -> SpecOptions {
         SpecOptions {
-            choices: SpecChoices::new("/usr/local/nvinject/bin/nvinject-hook".into()),
+            choices: SpecChoices::new(nvinject_cdi::nvinject::DEFAULT_HOOK_PATH.into()),
             host_driver_root: "/".into(),
             host_dev_root: "/".into(),
             generator: "nvinject-cdi test".into(),
@@ -790,7 +747,14 @@ mod tests {
         assert_eq!(node_paths(gpu0), ["/dev/nvidia0", "/dev/dri/card1", "/dev/dri/renderD129"]);
         let n = &gpu0.device_nodes[1];
         assert_eq!(
-            (n.device_type.as_deref(), n.major, n.minor, n.file_mode, n.permissions.as_deref(), &n.host_path),
+            (
+                n.device_type.map(DeviceType::as_str),
+                n.major,
+                n.minor,
+                n.file_mode,
+                n.permissions.as_deref(),
+                &n.host_path
+            ),
             (Some("c"), Some(226), Some(1), Some(0o660), Some("rw"), &None)
         );
         assert_eq!(

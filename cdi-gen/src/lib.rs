@@ -13,11 +13,13 @@ pub mod devices;
 pub mod driver;
 pub mod generate;
 pub mod ldcache;
+pub mod naming;
 pub mod root;
 pub mod write;
 
-pub use build::{BuildError, HookKind, SpecChoices, SpecOptions, build_spec, inventory_digest};
+pub use build::{BuildError, SpecChoices, SpecOptions, build_spec, inventory_digest};
 pub use generate::{GenerateError, GenerateOptions, InventorySource, Mode, Nvml, generate};
+pub use naming::qualified_name;
 pub use root::Root;
 pub use write::{WriteError, write_spec};
 

@@ -9,13 +9,13 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvinject_cdi::nvinject::{DEFAULT_CLASS, DEFAULT_HOOK_PATH, DEFAULT_VENDOR, HookKind};
 use nvinject_cdi::{Format, Kind, Registry, SpecError, load_file};
-use nvinject_cdi_gen::{GenerateError, GenerateOptions, HookKind, Mode, Nvml, Root, generate, write_spec};
+use nvinject_cdi_gen::{GenerateError, GenerateOptions, Mode, Nvml, Root, generate, write_spec};
 use nvinject_gpu::{NamingStrategy, NvmlError};
 use tracing::level_filters::LevelFilter;
 
 /// Where the installer puts the hook.
-const DEFAULT_HOOK_PATH: &str = "/usr/local/nvinject/bin/nvinject-hook";
 
 #[derive(Parser)]
 #[command(name = "nvinject-cdi", version, about = "Generate, list and validate CDI specs for NVIDIA GPUs")]
@@ -93,10 +93,10 @@ struct GenerateArgs {
     #[arg(long = "device-name-strategy", value_name = "STRATEGY")]
     device_name_strategies: Vec<NamingStrategy>,
     /// CDI vendor.
-    #[arg(long, alias = "cdi-vendor", default_value = "nvidia.com")]
+    #[arg(long, alias = "cdi-vendor", default_value = DEFAULT_VENDOR)]
     vendor: String,
     /// CDI class.
-    #[arg(long, alias = "cdi-class", default_value = "gpu")]
+    #[arg(long, alias = "cdi-class", default_value = DEFAULT_CLASS)]
     class: String,
     /// Absolute host path of nvinject-hook, written into the spec's hooks.
     #[arg(long, alias = "nvidia-cdi-hook-path", default_value = DEFAULT_HOOK_PATH)]

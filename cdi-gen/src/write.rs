@@ -35,7 +35,13 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn spec(kind: &str) -> Spec {
-        Spec { cdi_version: "0.6.0".into(), kind: kind.into(), ..Spec::default() }
+        Spec {
+            cdi_version: "0.6.0".into(),
+            kind: kind.parse().unwrap(),
+            annotations: Default::default(),
+            devices: Vec::new(),
+            container_edits: Default::default(),
+        }
     }
 
     #[test]

@@ -254,7 +254,7 @@ fn differences(ours: &Spec, theirs: &Spec, extra_nvidia_lacks: &BTreeSet<String>
         for n in o.device_nodes.iter().chain(&t.device_nodes) {
             let mine = o.device_nodes.iter().any(|x| std::ptr::eq(x, n));
             let (ty, perms) =
-                (n.device_type.as_deref().unwrap_or("(absent)"), n.permissions.as_deref().unwrap_or(""));
+                (n.device_type.map_or("(absent)", |t| t.as_str()), n.permissions.as_deref().unwrap_or(""));
             for (field, value) in [("type", ty), ("permissions", perms)] {
                 let known = NODE_DIFFERENCES
                     .iter()
@@ -435,7 +435,7 @@ fn every_listed_difference_still_occurs() {
     };
     for (field, our, their, reason) in NODE_DIFFERENCES {
         let value = |n: &nvinject_cdi::DeviceNode| match *field {
-            "type" => n.device_type.clone().unwrap_or_else(|| "(absent)".into()),
+            "type" => n.device_type.map_or_else(|| "(absent)".into(), |t| t.to_string()),
             _ => n.permissions.clone().unwrap_or_default(),
         };
         assert!(all_nodes(&o).iter().all(|n| value(n) == *our), "{field} ({reason}): ours changed");

@@ -23,20 +23,73 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::spec::{ContainerEdits, DeviceNode, HOOK_ENV, Hook, Mount};
+use crate::spec::{ContainerEdits, DeviceNode, DeviceType, HOOK_ENV, Hook, Mount};
 
 /// The OCI spec has a value of the wrong type where an edit must go, or an edit is incomplete.
+/// Each message starts with where: an OCI field path (`linux.devices`) or the CDI edit
+/// (`deviceNodes[/dev/nvidia0]`); [`ApplyError::field`] gives that part alone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ApplyError {
-    /// Where: an OCI field path (`linux.devices`) or the CDI edit (`deviceNodes[/dev/nvidia0]`).
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
+pub enum ApplyError {
+    /// The OCI spec is not a JSON object at all.
+    #[error("(root): the OCI spec is not a JSON object")]
+    NotAnObject,
+    /// A value on the path an edit writes through has the wrong JSON type.
+    #[error("{field}: must be {expected}, found {found}")]
+    WrongType {
+        /// The OCI field path, e.g. `process.env`.
+        field: String,
+        /// What it must be: `an object` or `an array`.
+        expected: &'static str,
+        /// What it is: `a string`, `a number`, ...
+        found: &'static str,
+    },
+    /// A container an edit writes into could not be made (the shapes were checked first, so
+    /// this means a path was written twice in conflicting ways).
+    #[error("{field}: must be {expected}")]
+    NotContainer {
+        /// The OCI field path (`(root)` for the top).
+        field: String,
+        /// `an object` or `an array`.
+        expected: &'static str,
+    },
+    /// An edit was given no OCI path to write to (a bug in this module, reported rather than a panic).
+    #[error("(root): empty path")]
+    EmptyPath,
+    /// The Intel RDT edit could not be turned into JSON.
+    #[error("intelRdt: {0}")]
+    IntelRdt(String),
+    /// A device node has no `type`.
+    #[error("deviceNodes[{path}]: has no type; complete it from the host device first (nvinject_cdi::fill)")]
+    NodeWithoutType {
+        /// The node's container path.
+        path: String,
+    },
+    /// A char, block or unbuffered node has no major or minor number.
+    #[error(
+        "deviceNodes[{path}]: has no major/minor number; complete it from the host device first (nvinject_cdi::fill)"
+    )]
+    NodeWithoutNumbers {
+        /// The node's container path.
+        path: String,
+    },
 }
 
-fn err(field: impl Into<String>, message: impl Into<String>) -> ApplyError {
-    ApplyError { field: field.into(), message: message.into() }
+impl ApplyError {
+    /// Where the error is: the OCI field path or the CDI edit, as the message starts.
+    pub fn field(&self) -> String {
+        match self {
+            ApplyError::NotAnObject | ApplyError::EmptyPath => "(root)".into(),
+            ApplyError::WrongType { field, .. } | ApplyError::NotContainer { field, .. } => field.clone(),
+            ApplyError::IntelRdt(_) => "intelRdt".into(),
+            ApplyError::NodeWithoutType { path } | ApplyError::NodeWithoutNumbers { path } => {
+                format!("deviceNodes[{path}]")
+            }
+        }
+    }
+}
+
+fn not_container(path: &[&str], expected: &'static str) -> ApplyError {
+    ApplyError::NotContainer { field: path.join("."), expected }
 }
 
 /// Applies `edits` to the OCI spec `oci` (see the module docs for the rules).
@@ -46,7 +99,7 @@ pub fn apply_edits(oci: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyE
         oci_device(node, (None, None))?;
     }
     if !oci.is_object() {
-        return Err(err("(root)", "the OCI spec is not a JSON object"));
+        return Err(ApplyError::NotAnObject);
     }
     check_shapes(oci, edits)?;
 
@@ -86,7 +139,7 @@ pub fn apply_edits(oci: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyE
         }
     }
     if let Some(rdt) = &edits.intel_rdt {
-        let value = serde_json::to_value(rdt).map_err(|e| err("intelRdt", e.to_string()))?;
+        let value = serde_json::to_value(rdt).map_err(|e| ApplyError::IntelRdt(e.to_string()))?;
         object_at(oci, &["linux"])?.insert("intelRdt".to_owned(), value);
     }
     if !edits.net_devices.is_empty() {
@@ -142,7 +195,12 @@ fn check_shapes(oci: &Value, edits: &ContainerEdits) -> Result<(), ApplyError> {
     Ok(())
 }
 
-fn check_path(oci: &Value, path: &[&str], ok: fn(&Value) -> bool, what: &str) -> Result<(), ApplyError> {
+fn check_path(
+    oci: &Value,
+    path: &[&str],
+    ok: fn(&Value) -> bool,
+    what: &'static str,
+) -> Result<(), ApplyError> {
     let mut at = oci;
     for (i, key) in path.iter().enumerate() {
         let Some(next) = at.get(*key).filter(|v| !v.is_null()) else {
@@ -152,7 +210,11 @@ fn check_path(oci: &Value, path: &[&str], ok: fn(&Value) -> bool, what: &str) ->
         let good = if last { ok(next) } else { next.is_object() };
         if !good {
             let expected = if last { what } else { "an object" };
-            return Err(err(path[..=i].join("."), format!("must be {expected}, found {}", kind_of(next))));
+            return Err(ApplyError::WrongType {
+                field: path[..=i].join("."),
+                expected,
+                found: kind_of(next),
+            });
         }
         at = next;
     }
@@ -174,25 +236,25 @@ fn kind_of(v: &Value) -> &'static str {
 fn object_at<'a>(oci: &'a mut Value, path: &[&str]) -> Result<&'a mut Map<String, Value>, ApplyError> {
     let mut at = oci;
     for (i, key) in path.iter().enumerate() {
-        let map = at.as_object_mut().ok_or_else(|| err(path[..i].join("."), "must be an object"))?;
+        let map = at.as_object_mut().ok_or_else(|| not_container(&path[..i], "an object"))?;
         let slot = map.entry((*key).to_owned()).or_insert_with(|| json!({}));
         if slot.is_null() {
             *slot = json!({});
         }
         at = slot;
     }
-    at.as_object_mut().ok_or_else(|| err(path.join("."), "must be an object"))
+    at.as_object_mut().ok_or_else(|| not_container(path, "an object"))
 }
 
 /// The array at `path`, creating it (and its parents) when absent.
 fn array_at<'a>(oci: &'a mut Value, path: &[&str]) -> Result<&'a mut Vec<Value>, ApplyError> {
-    let (last, parents) = path.split_last().ok_or_else(|| err("(root)", "empty path"))?;
+    let (last, parents) = path.split_last().ok_or(ApplyError::EmptyPath)?;
     let parent = object_at(oci, parents)?;
     let slot = parent.entry((*last).to_owned()).or_insert_with(|| json!([]));
     if slot.is_null() {
         *slot = json!([]);
     }
-    slot.as_array_mut().ok_or_else(|| err(path.join("."), "must be an array"))
+    slot.as_array_mut().ok_or_else(|| not_container(path, "an array"))
 }
 
 fn set_env(env: &mut Vec<Value>, entry: &str) {
@@ -217,19 +279,14 @@ fn process_user(oci: &Value) -> (Option<u32>, Option<u32>) {
 
 /// The OCI `linux.devices` entry for a CDI node; the container user's ids fill in unset uid/gid.
 fn oci_device(node: &DeviceNode, user: (Option<u32>, Option<u32>)) -> Result<Map<String, Value>, ApplyError> {
-    let field = || format!("deviceNodes[{}]", node.path);
-    let device_type = node.device_type.as_deref().ok_or_else(|| {
-        err(field(), "has no type; complete it from the host device first (nvinject_cdi::fill)")
-    })?;
+    let device_type =
+        node.device_type.ok_or_else(|| ApplyError::NodeWithoutType { path: node.path.clone() })?;
     let mut dev = Map::new();
     dev.insert("path".into(), json!(node.path));
-    dev.insert("type".into(), json!(device_type));
-    if device_type != "p" {
+    dev.insert("type".into(), json!(device_type.as_str()));
+    if device_type != DeviceType::Fifo {
         let (Some(major), Some(minor)) = (node.major, node.minor) else {
-            return Err(err(
-                field(),
-                "has no major/minor number; complete it from the host device first (nvinject_cdi::fill)",
-            ));
+            return Err(ApplyError::NodeWithoutNumbers { path: node.path.clone() });
         };
         dev.insert("major".into(), json!(major));
         dev.insert("minor".into(), json!(minor));
@@ -255,8 +312,7 @@ fn add_device(
     let devices = array_at(oci, &["linux", "devices"])?;
     devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(node.path.as_str()));
     devices.push(Value::Object(dev));
-    let device_type = node.device_type.as_deref().unwrap_or_default();
-    if device_type == "c" || device_type == "b" {
+    if let Some(device_type) = node.device_type.filter(|t| t.has_cgroup_rule()) {
         // Unset or empty means all access; `none` asks for a rule with none (the CDI spec's words).
         let access = match node.permissions.as_deref() {
             None | Some("") => "rwm",
@@ -265,7 +321,7 @@ fn add_device(
         };
         array_at(oci, &["linux", "resources", "devices"])?.push(json!({
             "allow": true,
-            "type": device_type,
+            "type": device_type.as_str(),
             "major": node.major,
             "minor": node.minor,
             "access": access,
@@ -312,7 +368,7 @@ mod tests {
     fn node(path: &str, minor: i64) -> DeviceNode {
         DeviceNode {
             path: path.into(),
-            device_type: Some("c".into()),
+            device_type: Some(DeviceType::Char),
             major: Some(195),
             minor: Some(minor),
             file_mode: Some(0o666),
@@ -531,8 +587,8 @@ mod tests {
             ..Default::default()
         };
         let e = apply_edits(&mut oci, &edits).unwrap_err();
-        assert_eq!(e.field, "process.env");
-        assert!(e.message.contains("array") && e.message.contains("string"), "{e}");
+        assert_eq!(e.field(), "process.env");
+        assert!(e.to_string().contains("array") && e.to_string().contains("string"), "{e}");
         assert_eq!(oci, before);
 
         let mut oci = base();
@@ -542,7 +598,7 @@ mod tests {
             &ContainerEdits { env: vec!["A=1".into()], device_nodes: vec![incomplete], ..Default::default() },
         )
         .unwrap_err();
-        assert!(e.field.contains("/dev/nvidia9") && e.message.contains("type"), "{e}");
+        assert!(e.field().contains("/dev/nvidia9") && e.to_string().contains("type"), "{e}");
         assert_eq!(oci, base());
     }
 

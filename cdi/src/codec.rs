@@ -308,12 +308,13 @@ mod tests {
     fn sample() -> Spec {
         let mut spec = Spec {
             cdi_version: "0.6.0".into(),
-            kind: "nvidia.com/gpu".into(),
+            kind: "nvidia.com/gpu".parse().unwrap(),
             devices: ["0", "0:1", "GPU-4c1d890a", "yes", "all"]
                 .iter()
                 .map(|n| crate::spec::gpu0_device(n))
                 .collect(),
-            ..Default::default()
+            annotations: Default::default(),
+            container_edits: Default::default(),
         };
         spec.annotations.insert("nvinject.io/generated-by".into(), "nvinject-cdi 0.1.0".into());
         spec.container_edits.env.push("NVIDIA_VISIBLE_DEVICES=void".into());
@@ -429,6 +430,34 @@ mod tests {
         let ok = "cdiVersion: 0.5.0\nkind: a.b/c\ndevices:\n- name: x\n  containerEdits:\n    env: [&e \"A=[[[[\", *e]\n";
         let spec = parse(ok.as_bytes(), Format::Yaml, Path::new("ok.yaml")).unwrap();
         assert_eq!(spec.devices[0].container_edits.env, ["A=[[[[", "A=[[[["]);
+    }
+
+    /// `kind` and a node's `type` are typed: a malformed one fails parsing at its field, with the
+    /// message the name and type rules give (before they were typed, validation gave it).
+    #[test]
+    fn a_malformed_kind_or_node_type_fails_at_its_field() {
+        let good = "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: x\n  containerEdits:\n    deviceNodes:\n    - path: /dev/x\n      type: c\n";
+        let json = r#"{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[{"name":"x","containerEdits":{"deviceNodes":[{"path":"/dev/x","type":"c"}]}}]}"#;
+        let kind = ("kind", "kind `nvidia.com` is not of the form vendor/class");
+        let node_type =
+            ("devices[0].containerEdits.deviceNodes[0].type", "device type `x` is not one of b, c, u, p");
+        let cases = [
+            (good.replace("kind: nvidia.com/gpu", "kind: nvidia.com"), Format::Yaml, kind),
+            (json.replace("nvidia.com/gpu", "nvidia.com"), Format::Json, kind),
+            (good.replace("type: c", "type: x"), Format::Yaml, node_type),
+            (json.replace(r#""type":"c""#, r#""type":"x""#), Format::Json, node_type),
+        ];
+        for (text, format, (field, message)) in cases {
+            let err = parse(text.as_bytes(), format, Path::new("x.yaml")).unwrap_err();
+            assert_eq!(err.field, field, "{format:?}: {err}");
+            assert!(err.message.starts_with(message), "{format:?}: {err}");
+        }
+        let spec = parse(good.as_bytes(), Format::Yaml, Path::new("x.yaml")).unwrap();
+        assert_eq!(spec.kind.as_str(), "nvidia.com/gpu");
+        assert_eq!(
+            spec.devices[0].container_edits.device_nodes[0].device_type,
+            Some(crate::DeviceType::Char)
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::path::{Component, Path, PathBuf};
 
 use nvinject_fsio::root::Root;
 
-use crate::spec::DeviceNode;
+use crate::spec::{DeviceNode, DeviceType};
 
 /// What a `stat` of a host device file says: `st_mode` (file type and permission bits) and
 /// `st_rdev` (the device number).
@@ -59,8 +59,8 @@ pub struct FillError {
 
 /// Whether `node` has a type and a device number (or is a FIFO), so the host is not needed for them.
 fn minimally_specified(node: &DeviceNode) -> bool {
-    match node.device_type.as_deref() {
-        Some("p") => true,
+    match node.device_type {
+        Some(DeviceType::Fifo) => true,
         Some(_) => node.major.is_some_and(|m| m != 0),
         None => false,
     }
@@ -73,11 +73,11 @@ pub fn needs_host(node: &DeviceNode) -> bool {
 
 /// The file type of `mode` as a device node type letter, or its name in words when it is not a
 /// device or FIFO.
-fn host_type(mode: u32) -> Result<&'static str, &'static str> {
+fn host_type(mode: u32) -> Result<DeviceType, &'static str> {
     match mode & libc::S_IFMT {
-        libc::S_IFCHR => Ok("c"),
-        libc::S_IFBLK => Ok("b"),
-        libc::S_IFIFO => Ok("p"),
+        libc::S_IFCHR => Ok(DeviceType::Char),
+        libc::S_IFBLK => Ok(DeviceType::Block),
+        libc::S_IFIFO => Ok(DeviceType::Fifo),
         libc::S_IFLNK => Err("a symlink"),
         libc::S_IFDIR => Err("a directory"),
         libc::S_IFREG => Err("a regular file"),
@@ -86,13 +86,12 @@ fn host_type(mode: u32) -> Result<&'static str, &'static str> {
     }
 }
 
-fn type_words(t: &str) -> &'static str {
+fn type_words(t: DeviceType) -> &'static str {
     match t {
-        "c" => "a character device",
-        "u" => "an unbuffered character device",
-        "b" => "a block device",
-        "p" => "a FIFO",
-        _ => "an unknown type",
+        DeviceType::Char => "a character device",
+        DeviceType::Unbuffered => "an unbuffered character device",
+        DeviceType::Block => "a block device",
+        DeviceType::Fifo => "a FIFO",
     }
 }
 
@@ -147,17 +146,17 @@ fn fill_node(
             }
         }
     }
-    if node.device_type.as_deref() != Some("p") && node.minor.is_none() {
+    if node.device_type != Some(DeviceType::Fifo) && node.minor.is_none() {
         node.minor = Some(0);
     }
     Ok(())
 }
 
 /// Type and numbers of a node that is not minimally specified, from its host file of type `actual`.
-fn complete_from(node: &mut DeviceNode, actual: &'static str, rdev: u64) -> Result<(), String> {
-    let declared = node.device_type.get_or_insert_with(|| actual.to_owned()).as_str();
+fn complete_from(node: &mut DeviceNode, actual: DeviceType, rdev: u64) -> Result<(), String> {
+    let declared = *node.device_type.get_or_insert(actual);
     let matches = match declared {
-        "u" => actual == "c",
+        DeviceType::Unbuffered => actual == DeviceType::Char,
         t => t == actual,
     };
     if !matches {
@@ -167,7 +166,7 @@ fn complete_from(node: &mut DeviceNode, actual: &'static str, rdev: u64) -> Resu
             type_words(actual)
         ));
     }
-    if actual == "p" {
+    if actual == DeviceType::Fifo {
         if node.major.is_some() || node.minor.is_some() {
             return Err("the host file is a FIFO, which has no major/minor numbers, but the spec gives \
                         them: drop major and minor, or point hostPath at the device node"
@@ -321,7 +320,7 @@ mod tests {
         let node = node.unwrap();
         assert_eq!(asked, ["/sim/dev/nvidia0"], "the host path, as written, is what is looked at");
         assert_eq!(
-            (node.device_type.as_deref(), node.major, node.minor, node.file_mode),
+            (node.device_type.map(DeviceType::as_str), node.major, node.minor, node.file_mode),
             (Some("c"), Some(195), Some(0), Some(0o666))
         );
         // As the reference library: a given major is kept (with minor 0 when left out), even if
@@ -339,32 +338,38 @@ mod tests {
         let node = node.unwrap();
         assert_eq!(asked, ["/dev/nvidia-uvm"], "no hostPath: path is the host path");
         assert_eq!(
-            (node.device_type.as_deref(), node.major, node.minor, node.file_mode),
+            (node.device_type.map(DeviceType::as_str), node.major, node.minor, node.file_mode),
             (Some("c"), Some(243), Some(1), Some(0o640))
         );
         // A type without numbers, and a minor without a major (the reference takes both numbers).
         for (t, minor) in [(Some("c"), None), (Some("u"), None), (None, Some(7)), (Some("c"), Some(0))] {
             let mut n = bare.clone();
-            (n.device_type, n.minor) = (t.map(Into::into), minor);
+            (n.device_type, n.minor) = (t.map(|t: &str| t.parse().unwrap()), minor);
             let (node, _) = fill_with(n, Ok(HostStat { mode: CHR, rdev: rdev(4000, 1_000_000) }));
             let node = node.unwrap();
             assert_eq!((node.major, node.minor), (Some(4000), Some(1_000_000)), "{t:?} {minor:?}");
-            assert_eq!(node.device_type.as_deref(), Some(t.unwrap_or("c")), "u stays u");
+            assert_eq!(node.device_type.map(DeviceType::as_str), Some(t.unwrap_or("c")), "u stays u");
         }
         let (node, _) =
             fill_with(bare.clone(), Ok(HostStat { mode: libc::S_IFBLK | 0o660, rdev: rdev(8, 16) }));
-        assert_eq!(node.unwrap().device_type.as_deref(), Some("b"));
+        assert_eq!(node.unwrap().device_type.map(DeviceType::as_str), Some("b"));
         let (node, _) = fill_with(bare, Ok(HostStat { mode: libc::S_IFIFO | 0o600, rdev: 0 }));
         let node = node.unwrap();
-        assert_eq!((node.device_type.as_deref(), node.major, node.minor), (Some("p"), None, None));
+        assert_eq!(
+            (node.device_type.map(DeviceType::as_str), node.major, node.minor),
+            (Some("p"), None, None)
+        );
     }
 
     #[test]
     fn complete_nodes_never_ask_the_host() {
         let mut complete = ctk("/dev/nvidia0", 195, Some(0));
-        complete.device_type = Some("c".into());
-        let mut fifo =
-            DeviceNode { path: "/dev/pipe".into(), device_type: Some("p".into()), ..Default::default() };
+        complete.device_type = Some(DeviceType::Char);
+        let mut fifo = DeviceNode {
+            path: "/dev/pipe".into(),
+            device_type: Some(DeviceType::Fifo),
+            ..Default::default()
+        };
         fifo.file_mode = Some(0o600);
         let mut no_minor = complete.clone();
         no_minor.minor = None;
@@ -372,7 +377,8 @@ mod tests {
             let mut nodes = [node.clone()];
             fill_missing_info(&mut nodes, Path::new("s.json"), &mut |p| panic!("stat({p}) for {node:?}"))
                 .unwrap();
-            let expect_minor = if node.device_type.as_deref() == Some("p") { None } else { Some(0) };
+            let expect_minor =
+                if node.device_type.map(DeviceType::as_str) == Some("p") { None } else { Some(0) };
             assert_eq!(nodes[0].minor, expect_minor);
         }
     }
@@ -380,7 +386,7 @@ mod tests {
     #[test]
     fn a_minimally_specified_node_takes_only_its_mode_and_may_be_absent() {
         let mut node = ctk("/dev/nvidia0", 195, None);
-        (node.device_type, node.file_mode) = (Some("c".into()), None);
+        (node.device_type, node.file_mode) = (Some(DeviceType::Char), None);
         let (filled, _) =
             fill_with(node.clone(), Ok(HostStat { mode: libc::S_IFCHR | 0o600, rdev: rdev(1, 1) }));
         let filled = filled.unwrap();
@@ -412,17 +418,17 @@ mod tests {
             (bare.clone(), Ok(HostStat { mode: libc::S_IFDIR | 0o755, rdev: 0 }), "is a directory"),
             (bare.clone(), Ok(HostStat { mode: libc::S_IFSOCK | 0o755, rdev: 0 }), "is a socket"),
             (
-                DeviceNode { device_type: Some("b".into()), ..bare.clone() },
+                DeviceNode { device_type: Some(DeviceType::Block), ..bare.clone() },
                 Ok(HostStat { mode: CHR, rdev: rdev(195, 0) }),
                 "says type b (a block device) but the host file is a character device: fix type or hostPath",
             ),
             (
-                DeviceNode { device_type: Some("u".into()), ..bare.clone() },
+                DeviceNode { device_type: Some(DeviceType::Unbuffered), ..bare.clone() },
                 Ok(HostStat { mode: libc::S_IFBLK, rdev: rdev(8, 0) }),
                 "type u",
             ),
             (
-                DeviceNode { device_type: Some("c".into()), ..bare.clone() },
+                DeviceNode { device_type: Some(DeviceType::Char), ..bare.clone() },
                 Ok(HostStat { mode: libc::S_IFIFO, rdev: 0 }),
                 "but the host file is a FIFO",
             ),
@@ -448,7 +454,7 @@ mod tests {
     fn a_missing_dev_root_matters_only_to_nodes_that_need_the_host() {
         let gone = Path::new("/nonexistent/nvinject-dev-root");
         let mut complete = ctk("/dev/nvidia0", 195, None);
-        complete.device_type = Some("c".into());
+        complete.device_type = Some(DeviceType::Char);
         let mut nodes = vec![complete];
         fill_from_host(&mut nodes, Path::new("/etc/cdi/a.json"), Some(gone)).unwrap();
         assert_eq!(nodes[0].minor, Some(0));
@@ -524,8 +530,10 @@ mod tests {
             },
         ];
         fill_from_host(&mut nodes, Path::new("/etc/cdi/nvidia.json"), Some(&root)).unwrap();
-        let got: Vec<_> =
-            nodes.iter().map(|n| (n.device_type.as_deref(), n.major, n.minor, n.file_mode)).collect();
+        let got: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.device_type.map(DeviceType::as_str), n.major, n.minor, n.file_mode))
+            .collect();
         assert_eq!(
             got,
             [(Some("c"), Some(195), Some(0), Some(0o666)), (Some("c"), Some(243), Some(1), Some(0o640))]

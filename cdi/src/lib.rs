@@ -1,7 +1,8 @@
 //! CDI (Container Device Interface) for nvinject: the spec model ([`spec`]), names ([`name`]),
 //! versions ([`version`]), reading and writing spec text ([`codec`]), validation ([`mod@validate`]) and
 //! the registry of spec directories that resolves `vendor/class=name` to a device ([`registry`]),
-//! and applying a device's edits to an OCI runtime spec ([`apply`]).
+//! and applying a device's edits to an OCI runtime spec ([`apply`]); and [`nvinject`], the contract
+//! between nvinject's spec writer and its readers (annotation keys, hook command lines, defaults).
 //!
 //! Boundary: pure data handling plus reading spec files. It never discovers hardware (that is
 //! `nvinject-gpu` and `nvinject-cdi-gen`), never writes spec files (cdi-gen does, atomically) and
@@ -15,6 +16,7 @@ pub mod codec;
 pub mod fill;
 pub mod load;
 pub mod name;
+pub mod nvinject;
 pub mod registry;
 pub mod spec;
 pub mod validate;
@@ -26,7 +28,8 @@ pub use load::{SpecError, load_file, parse_and_validate};
 pub use name::{Kind, NameError, QualifiedName};
 pub use registry::{DEFAULT_SPEC_DIRS, Registry, ResolveError, Resolved};
 pub use spec::{
-    ContainerEdits, Device, DeviceNode, HOOK_ENV, Hook, IntelRdt, Mount, NetDevice, Spec, minimal_hook_env,
+    ContainerEdits, Device, DeviceNode, DeviceType, HOOK_ENV, Hook, IntelRdt, Mount, NetDevice, Spec,
+    minimal_hook_env,
 };
 pub use validate::{Problem, validate};
 pub use version::{CdiVersion, minimum_version};

@@ -194,6 +194,32 @@ impl fmt::Display for Kind {
     }
 }
 
+/// Written as its text, so a spec's `kind` is the same bytes as before it was typed.
+impl serde::Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// Read through [`FromStr`]: a malformed kind fails parsing at its field with the same message
+/// [`NameError`] gives everywhere else.
+impl<'de> serde::Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_str_de(d)
+    }
+}
+
+/// Deserializes a string through `T`'s [`FromStr`], its error as the message.
+pub(crate) fn from_str_de<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
 /// A validated fully qualified device name, `vendor/class=name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QualifiedName {

@@ -49,7 +49,7 @@ struct FileState {
     identity: Identity,
     bytes: OnceLock<Result<Vec<u8>, Arc<std::io::Error>>>,
     kind: OnceLock<Option<String>>,
-    spec: OnceLock<Result<Spec, SpecError>>,
+    spec: OnceLock<Result<Spec, Arc<SpecError>>>,
 }
 
 impl FileState {
@@ -65,7 +65,7 @@ impl FileState {
         self.kind.get_or_init(|| peek_kind(self.bytes().ok()?, self.format)).as_deref()
     }
 
-    fn spec(&self) -> &Result<Spec, SpecError> {
+    fn spec(&self) -> &Result<Spec, Arc<SpecError>> {
         self.spec.get_or_init(|| {
             let bytes = self.bytes().map_err(|e| SpecError::Read {
                 path: self.path.clone(),
@@ -77,7 +77,7 @@ impl FileState {
                 // Once per file version and process: the file is set aside, so say why.
                 Err(e) => tracing::warn!(path = %self.path.display(), error = %e, "CDI spec rejected"),
             }
-            spec
+            spec.map_err(Arc::new)
         })
     }
 }
@@ -152,11 +152,11 @@ pub enum ResolveError {
         /// The name asked for, `vendor/class=name`.
         name: String,
         /// Its kind.
-        kind: String,
+        kind: Kind,
         /// Directories searched.
         dirs: Vec<PathBuf>,
         /// Spec files that could not be loaded and may have defined it.
-        broken: Vec<String>,
+        broken: Vec<Arc<SpecError>>,
     },
     /// Specs of the kind exist but none defines the device.
     #[error(
@@ -175,7 +175,7 @@ pub enum ResolveError {
         /// Device names they do define.
         available: Vec<String>,
         /// Spec files that could not be loaded and may have defined it.
-        broken: Vec<String>,
+        broken: Vec<Arc<SpecError>>,
     },
     /// Two files of the same directory define the device.
     #[error(
@@ -217,12 +217,13 @@ impl fmt::Display for Names<'_> {
     }
 }
 
-struct Broken<'a>(&'a [String]);
+struct Broken<'a>(&'a [Arc<SpecError>]);
 
 impl fmt::Display for Broken<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.0.is_empty() {
-            write!(f, "; spec files that failed to load: {}", self.0.join("; "))?;
+        for (i, e) in self.0.iter().enumerate() {
+            f.write_str(if i == 0 { "; spec files that failed to load: " } else { "; " })?;
+            write!(f, "{e}")?;
         }
         Ok(())
     }
@@ -298,17 +299,17 @@ impl Registry {
 
     /// Finds the device `name`.
     pub fn resolve(&self, name: &QualifiedName) -> Result<Resolved<'_>, ResolveError> {
-        let kind = name.kind().as_str();
+        let kind = name.kind();
         let mut of_kind: Vec<(&Entry, &Spec)> = Vec::new();
         let mut broken = Vec::new();
         for entry in &self.files {
-            if entry.state.kind_hint().is_some_and(|k| k != kind) {
+            if entry.state.kind_hint().is_some_and(|k| k != kind.as_str()) {
                 continue;
             }
             match entry.state.spec() {
-                Ok(spec) if spec.kind == kind => of_kind.push((entry, spec)),
+                Ok(spec) if spec.kind == *kind => of_kind.push((entry, spec)),
                 Ok(_) => {}
-                Err(e) => broken.push(e.to_string()),
+                Err(e) => broken.push(Arc::clone(e)),
             }
         }
         // Highest priority first; within a priority, any second definition is a conflict.
@@ -329,7 +330,7 @@ impl Registry {
         if of_kind.is_empty() {
             return Err(ResolveError::UnknownKind {
                 name: name.to_string(),
-                kind: kind.to_owned(),
+                kind: kind.clone(),
                 dirs: self.dirs.clone(),
                 broken,
             });
@@ -353,10 +354,9 @@ impl Registry {
     pub fn devices(&self) -> Vec<Listed<'_>> {
         let mut out: Vec<Listed<'_>> = Vec::new();
         for (path, spec) in self.specs() {
-            // Loaded specs passed validation, so both parse; a miss only skips, never panics.
-            let Ok(kind) = spec.kind.parse::<Kind>() else { continue };
             for device in &spec.devices {
-                let Ok(name) = QualifiedName::new(kind.clone(), &device.name) else { continue };
+                // Loaded specs passed validation, so the name is valid; a miss only skips, never panics.
+                let Ok(name) = QualifiedName::new(spec.kind.clone(), &device.name) else { continue };
                 if let Ok(resolved) = self.resolve(&name)
                     && resolved.path == path
                 {
@@ -375,8 +375,9 @@ impl Registry {
     pub fn conflicts(&self) -> Vec<ResolveError> {
         let mut names: Vec<QualifiedName> = Vec::new();
         for (_, spec) in self.specs() {
-            let Ok(kind) = spec.kind.parse::<Kind>() else { continue };
-            names.extend(spec.devices.iter().filter_map(|d| QualifiedName::new(kind.clone(), &d.name).ok()));
+            names.extend(
+                spec.devices.iter().filter_map(|d| QualifiedName::new(spec.kind.clone(), &d.name).ok()),
+            );
         }
         names.sort_by_key(ToString::to_string);
         names.dedup();
@@ -393,7 +394,7 @@ impl Registry {
     pub fn errors(&self) -> Vec<&SpecError> {
         self.dir_errors
             .iter()
-            .chain(self.files.iter().filter_map(|e| e.state.spec().as_ref().err()))
+            .chain(self.files.iter().filter_map(|e| e.state.spec().as_ref().err().map(|e| &**e)))
             .collect()
     }
 }

@@ -8,17 +8,21 @@
 //! as `{}` when empty.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::name::Kind;
+
 /// A whole CDI spec file: one vendor/class (`kind`) and the devices it provides.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Spec {
     /// The CDI version the content conforms to, e.g. `0.6.0`; see [`crate::version`].
     pub cdi_version: String,
-    /// `vendor/class`, e.g. `nvidia.com/gpu`; see [`crate::name::Kind`].
-    pub kind: String,
+    /// `vendor/class`, e.g. `nvidia.com/gpu`; a malformed kind fails parsing at this field.
+    pub kind: Kind,
     /// Free-form key/value data about the spec (needs cdiVersion >= 0.6.0).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -113,7 +117,7 @@ pub struct DeviceNode {
     pub host_path: Option<String>,
     /// `c` (char), `b` (block), `u` (unbuffered char) or `p` (FIFO).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub device_type: Option<String>,
+    pub device_type: Option<DeviceType>,
     /// Major number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub major: Option<i64>,
@@ -138,6 +142,71 @@ impl DeviceNode {
     /// The host path: `hostPath` when set, else `path`.
     pub fn host_path(&self) -> &str {
         self.host_path.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// A device node's type, as CDI and OCI spell it: one letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// `b`: a block device.
+    Block,
+    /// `c`: a character device.
+    Char,
+    /// `u`: an unbuffered character device.
+    Unbuffered,
+    /// `p`: a FIFO; it has no major/minor numbers.
+    Fifo,
+}
+
+impl DeviceType {
+    /// Every type, in the order messages list them.
+    pub const ALL: [DeviceType; 4] =
+        [DeviceType::Block, DeviceType::Char, DeviceType::Unbuffered, DeviceType::Fifo];
+
+    /// The letter.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceType::Block => "b",
+            DeviceType::Char => "c",
+            DeviceType::Unbuffered => "u",
+            DeviceType::Fifo => "p",
+        }
+    }
+
+    /// Whether the device cgroup knows it (char and block devices get an allow rule).
+    pub fn has_cgroup_rule(self) -> bool {
+        matches!(self, DeviceType::Char | DeviceType::Block)
+    }
+}
+
+impl fmt::Display for DeviceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `type` that is not one of the four letters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("device type `{0}` is not one of b, c, u, p")]
+pub struct UnknownDeviceType(pub String);
+
+impl FromStr for DeviceType {
+    type Err = UnknownDeviceType;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| UnknownDeviceType(s.to_owned()))
+    }
+}
+
+impl Serialize for DeviceType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::name::from_str_de(d)
     }
 }
 
@@ -234,7 +303,7 @@ pub(crate) fn gpu0_device(name: &str) -> Device {
         container_edits: ContainerEdits {
             device_nodes: vec![DeviceNode {
                 path: "/dev/nvidia0".into(),
-                device_type: Some("c".into()),
+                device_type: Some(DeviceType::Char),
                 major: Some(195),
                 minor: Some(0),
                 file_mode: Some(0o666),

@@ -6,16 +6,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::name::{Kind, validate_device_name};
-use crate::spec::{ContainerEdits, Spec};
+use crate::name::validate_device_name;
+use crate::spec::{ContainerEdits, DeviceType, Spec};
 use crate::version::{CdiVersion, requirements};
 
 /// OCI hook points a CDI hook may name.
 pub const HOOK_NAMES: [&str; 6] =
     ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
-
-/// Device node types: block, char, unbuffered char, FIFO.
-pub const DEVICE_TYPES: [&str; 4] = ["b", "c", "u", "p"];
 
 /// The `permissions` value that asks for a device cgroup rule with no access (the CDI spec's
 /// `none`: the node is created, but the container may not open it).
@@ -56,10 +53,8 @@ impl Problems {
 /// Every rule `spec` breaks; empty when it is valid.
 pub fn validate(spec: &Spec) -> Vec<Problem> {
     let mut p = Problems(Vec::new());
+    // `kind` and device-node `type` are typed: a malformed one already failed parsing at its field.
     check_version(spec, &mut p);
-    if let Err(e) = spec.kind.parse::<Kind>() {
-        p.add("kind", e.to_string());
-    }
     check_annotations(&spec.annotations, "annotations", &mut p);
     if spec.devices.is_empty() {
         p.add("devices", "a spec needs at least one device");
@@ -156,11 +151,6 @@ fn check_edits(edits: &ContainerEdits, at: &str, p: &mut Problems) {
         if let Some(host) = &node.host_path {
             check_absolute(host, format!("{at}.hostPath"), "device host path", p);
         }
-        if let Some(t) = &node.device_type
-            && !DEVICE_TYPES.contains(&t.as_str())
-        {
-            p.add(format!("{at}.type"), format!("device type `{t}` is not one of b, c, u, p"));
-        }
         for (field, number, max) in [("major", node.major, MAJOR_MAX), ("minor", node.minor, MINOR_MAX)] {
             match number {
                 Some(n) if n < 0 => {
@@ -177,7 +167,7 @@ fn check_edits(edits: &ContainerEdits, at: &str, p: &mut Problems) {
         // from the host device file when it applies the spec (`crate::fill`), as the reference
         // library does and as nvidia-ctk relies on (it writes no `type`, and no `minor` when it is
         // 0). Only a FIFO can never carry numbers.
-        if node.device_type.as_deref() == Some("p") && (node.major.is_some() || node.minor.is_some()) {
+        if node.device_type == Some(DeviceType::Fifo) && (node.major.is_some() || node.minor.is_some()) {
             p.add(
                 format!("{at}.type"),
                 "a FIFO (type p) has no major/minor numbers: drop them, or use type b, c or u",
@@ -303,7 +293,7 @@ mod tests {
     fn valid() -> Spec {
         Spec {
             cdi_version: "0.6.0".into(),
-            kind: "nvidia.com/gpu".into(),
+            kind: "nvidia.com/gpu".parse().unwrap(),
             devices: vec![crate::spec::gpu0_device("0")],
             container_edits: ContainerEdits {
                 mounts: vec![Mount {
@@ -344,7 +334,6 @@ mod tests {
         let cases: Vec<(Mutation, &str, &str)> = vec![
             (|s| s.cdi_version = "0.9.0".into(), "cdiVersion", "not a released CDI version"),
             (|s| s.cdi_version = "0.5.0".into(), "annotations", "needs cdiVersion 0.6.0"),
-            (|s| s.kind = "nvidia.com".into(), "kind", "not of the form vendor/class"),
             (|s| s.devices.clear(), "devices", "at least one device"),
             (|s| s.devices[0].name = "gpu 0".into(), "devices[0].name", "contains ` `"),
             (
@@ -361,11 +350,6 @@ mod tests {
                 |s| s.devices[0].container_edits.device_nodes[0].path = "dev/nvidia0".into(),
                 "devices[0].containerEdits.deviceNodes[0].path",
                 "not absolute",
-            ),
-            (
-                |s| s.devices[0].container_edits.device_nodes[0].device_type = Some("x".into()),
-                "devices[0].containerEdits.deviceNodes[0].type",
-                "not one of b, c, u, p",
             ),
             (
                 |s| s.devices[0].container_edits.device_nodes[0].permissions = Some("rwx".into()),
@@ -388,14 +372,14 @@ mod tests {
                 "minor number 1048576 is out of range: Linux minor numbers are 0..=1048575",
             ),
             (
-                |s| s.devices[0].container_edits.device_nodes[0].device_type = Some("p".into()),
+                |s| s.devices[0].container_edits.device_nodes[0].device_type = Some(DeviceType::Fifo),
                 "devices[0].containerEdits.deviceNodes[0].type",
                 "a FIFO (type p) has no major/minor numbers",
             ),
             (
                 |s| {
                     let node = &mut s.devices[0].container_edits.device_nodes[0];
-                    (node.device_type, node.major) = (Some("p".into()), None);
+                    (node.device_type, node.major) = (Some(DeviceType::Fifo), None);
                 },
                 "devices[0].containerEdits.deviceNodes[0].type",
                 "drop them, or use type b, c or u",
@@ -481,9 +465,9 @@ mod tests {
             ("minor without major", |n| n.major = None),
             ("major without minor", |n| n.minor = None),
             ("a FIFO without numbers", |n| {
-                (n.device_type, n.major, n.minor) = (Some("p".into()), None, None)
+                (n.device_type, n.major, n.minor) = (Some(DeviceType::Fifo), None, None)
             }),
-            ("unbuffered char", |n| n.device_type = Some("u".into())),
+            ("unbuffered char", |n| n.device_type = Some(DeviceType::Unbuffered)),
             ("permissions none", |n| n.permissions = Some(NO_PERMISSIONS.into())),
             ("permissions empty", |n| n.permissions = Some(String::new())),
         ];

@@ -99,9 +99,7 @@ pub fn minimum_version(spec: &Spec) -> CdiVersion {
 pub fn requirements(spec: &Spec) -> Vec<Requirement> {
     let mut out = Vec::new();
     let mut need = |version, field: String, feature| out.push(Requirement { version, field, feature });
-    if let Some((_, class)) = spec.kind.split_once('/')
-        && class.contains('.')
-    {
+    if spec.kind.class().contains('.') {
         need(CdiVersion::V0_6_0, "kind".into(), "a dot in the class name");
     }
     if !spec.annotations.is_empty() {
@@ -164,9 +162,10 @@ mod tests {
     fn spec(name: &str, edits: ContainerEdits) -> Spec {
         Spec {
             cdi_version: "0.3.0".into(),
-            kind: "vendor.com/dev".into(),
+            kind: "vendor.com/dev".parse().unwrap(),
             devices: vec![Device { name: name.into(), container_edits: edits, ..Default::default() }],
-            ..Default::default()
+            annotations: Default::default(),
+            container_edits: Default::default(),
         }
     }
 
@@ -199,7 +198,7 @@ mod tests {
         annotated.annotations.insert("a.io/b".into(), "c".into());
         assert_eq!(minimum_version(&annotated), CdiVersion::V0_6_0);
         let mut dotted = spec("dev0", plain.clone());
-        dotted.kind = "vendor.com/dev.x".into();
+        dotted.kind = "vendor.com/dev.x".parse().unwrap();
         assert_eq!(minimum_version(&dotted), CdiVersion::V0_6_0);
 
         let gids = ContainerEdits { additional_gids: vec![44], ..plain.clone() };

@@ -1,8 +1,9 @@
 //! Device names: the one naming function shared by the CDI spec generator and the device plugin.
 //!
 //! A CDI device is addressed as `<kind>=<name>` (`nvidia.com/gpu=0`). cdi-gen writes one device per
-//! strategy asked for; the device plugin answers Allocate with a name from the same function, so a
-//! name the plugin hands out always exists in the spec. The strategies and their spellings are
+//! strategy asked for; the device plugin answers Allocate with a name from the same function
+//! (`nvinject_cdi_gen::qualified_name`, which joins the kind to [`DeviceRef::name`] on the CDI
+//! side), so a name the plugin hands out always exists in the spec. The strategies and their spellings are
 //! those of NVIDIA's `nvidia-ctk cdi generate --device-name-strategy`, so workloads carry over.
 
 use std::fmt;
@@ -12,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Gpu, Inventory, MigDevice};
 
-/// The CDI kind NVIDIA's tools use, and ours by default.
+/// The CDI kind NVIDIA's tools use, and ours by default. The owner is
+/// `nvinject_cdi::nvinject::DEFAULT_KIND` (this crate sits below CDI and does not depend on it);
+/// this copy stays only until the device plugin's config reads that one, and a cdi-gen test pins
+/// the two equal.
 pub const DEFAULT_KIND: &str = "nvidia.com/gpu";
 
 /// How a device is named inside its CDI kind.
@@ -81,11 +85,6 @@ impl<'a> DeviceRef<'a> {
             (DeviceRef::Mig(_, m), NamingStrategy::Uuid) => m.uuid.to_string(),
             (DeviceRef::Mig(g, m), NamingStrategy::TypeIndex) => format!("mig{}:{}", g.index, m.index),
         }
-    }
-
-    /// The fully qualified CDI name, `<kind>=<name>`.
-    pub fn qualified_name(&self, kind: &str, strategy: NamingStrategy) -> String {
-        format!("{kind}={}", self.name(strategy))
     }
 
     /// The GPU that owns the device (itself for a whole GPU).
@@ -172,7 +171,7 @@ mod tests {
         let inv = inventory();
         let names: Vec<Vec<String>> = inv
             .devices()
-            .map(|d| NamingStrategy::ALL.iter().map(|s| d.qualified_name(DEFAULT_KIND, *s)).collect())
+            .map(|d| NamingStrategy::ALL.iter().map(|s| format!("{DEFAULT_KIND}={}", d.name(*s))).collect())
             .collect();
         assert_eq!(
             names,

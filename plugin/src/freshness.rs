@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nvinject_cdi_gen::build::ANNOTATION_DRIVER_VERSION;
+use nvinject_cdi::nvinject::ANNOTATION_DRIVER_VERSION;
 
 /// How long one regeneration may take before it is killed and the check fails.
 pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(120);

@@ -102,7 +102,7 @@ struct Cli {
     #[arg(long, env = "NVINJECT_CDI_GENERATOR", default_value = "/usr/local/nvinject/bin/nvinject-cdi")]
     cdi_generator: PathBuf,
     /// The hook path the regenerated spec names.
-    #[arg(long, env = "NVINJECT_CDI_HOOK_PATH", default_value = "/usr/local/nvinject/bin/nvinject-hook")]
+    #[arg(long, env = "NVINJECT_CDI_HOOK_PATH", default_value = nvinject_cdi::nvinject::DEFAULT_HOOK_PATH)]
     cdi_hook_path: PathBuf,
     /// Sys root, where the loaded driver's version is read (`module/nvidia/version`).
     #[arg(long, env = "NVINJECT_SYS_ROOT", default_value = "/sys")]

@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use nvinject_cdi::{Kind, NameError};
+use nvinject_cdi_gen::qualified_name;
 use nvinject_gpu::{DeviceRef, Gpu, Inventory, MigProfile, NamingStrategy, TopologyLevel};
 
 use crate::devnodes::{self, MigMinors};
@@ -19,6 +21,9 @@ pub const REPLICA_SEPARATOR: &str = "::";
 /// Why no plan could be made. Each message names the GPUs involved and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// The configured CDI kind, or a device's CDI name under it, breaks CDI's naming rules.
+    #[error("invalid CDI name: {0}")]
+    CdiName(#[from] NameError),
     /// `single` needs every GPU in MIG mode.
     #[error(
         "mig-strategy single needs every GPU in MIG mode, but GPUs {disabled:?} are not while GPUs {enabled:?} \
@@ -262,8 +267,8 @@ fn gpu_label(g: &Gpu) -> String {
 pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<Plan, PlanError> {
     let mut warnings = Vec::new();
     let want_nodes = settings.pass_device_specs;
-    let kind = settings.cdi_kind.as_str();
-    let make = |d: DeviceRef<'_>| -> Result<Target, PlanError> { target(d, kind, want_nodes, facts) };
+    let kind: Kind = settings.cdi_kind.parse()?;
+    let make = |d: DeviceRef<'_>| -> Result<Target, PlanError> { target(d, &kind, want_nodes, facts) };
     let gpu_resource = ResourceName::parse("gpu").expect("constant is valid");
 
     let mut groups: BTreeMap<ResourceName, Vec<Target>> = BTreeMap::new();
@@ -375,7 +380,7 @@ pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<P
     })
 }
 
-fn target(d: DeviceRef<'_>, kind: &str, want_nodes: bool, facts: &HostFacts) -> Result<Target, PlanError> {
+fn target(d: DeviceRef<'_>, kind: &Kind, want_nodes: bool, facts: &HostFacts) -> Result<Target, PlanError> {
     let g = d.gpu();
     let (mig, device_nodes) = match d {
         DeviceRef::Gpu(_) => (None, if want_nodes { vec![devnodes::gpu_node(g.minor)] } else { vec![] }),
@@ -403,7 +408,7 @@ fn target(d: DeviceRef<'_>, kind: &str, want_nodes: bool, facts: &HostFacts) -> 
         gpu_index: g.index,
         mig,
         index_name: d.name(NamingStrategy::Index),
-        cdi_name: d.qualified_name(kind, NamingStrategy::Uuid),
+        cdi_name: qualified_name(kind, d, NamingStrategy::Uuid)?.to_string(),
         numa_node: g.numa_node,
         device_nodes,
     })

@@ -24,6 +24,7 @@
 
 use std::fmt;
 
+use nvinject_cdi::nvinject::{self, Flag, HookKind};
 use nvinject_cdi::{ContainerEdits, Hook};
 
 /// The toolkit's variable.
@@ -441,13 +442,13 @@ pub struct Filtered {
 }
 
 /// The hook binaries whose subcommands are understood: ours and NVIDIA's.
-const HOOK_PROGRAMS: [&str; 3] = ["nvinject-hook", "nvidia-cdi-hook", "nvidia-ctk"];
+const HOOK_PROGRAMS: [&str; 3] = [nvinject::HOOK_PROGRAM, nvinject::NVIDIA_CDI_HOOK, nvinject::NVIDIA_CTK];
 
 /// Hook subcommands that belong to a capability (the rest of a known hook program's subcommands
 /// with files are handled by their arguments).
 fn hook_class(subcommand: &str) -> Option<&'static [Capability]> {
     match subcommand {
-        "enable-cuda-compat" => Some(COMPUTE),
+        s if s == HookKind::EnableCudaCompat.as_str() => Some(COMPUTE),
         "update-application-profile" => Some(GRAPHICS),
         "disable-device-node-modification" | "chmod" => Some(ALWAYS),
         _ => None,
@@ -460,7 +461,7 @@ fn subcommand_index(hook: &Hook) -> Option<usize> {
     if !HOOK_PROGRAMS.contains(&program) {
         return None;
     }
-    let index = if hook.args.get(1).map(String::as_str) == Some("hook") { 2 } else { 1 };
+    let index = if hook.args.get(1).map(String::as_str) == Some(nvinject::NVIDIA_CTK_HOOK) { 2 } else { 1 };
     (index < hook.args.len()).then_some(index)
 }
 
@@ -499,13 +500,13 @@ pub fn filter_edits(edits: &mut ContainerEdits, requested: Capabilities) -> Filt
     // Links first: the ld-cache folders then count the links that stay.
     for hook in &mut edits.hooks {
         let Some(sub) = subcommand_index(hook) else { continue };
-        if hook.args[sub] != "create-symlinks" {
+        if hook.args[sub] != HookKind::CreateSymlinks.as_str() {
             continue;
         }
         filter_values(
             hook,
             sub,
-            "--link",
+            Flag::Link,
             |value, out| {
                 let (target, link) = value.split_once("::").unwrap_or(("", value));
                 // Device links (/dev/dri/by-path) go with their device nodes, which are never filtered.
@@ -540,14 +541,16 @@ pub fn filter_edits(edits: &mut ContainerEdits, requested: Capabilities) -> Filt
     edits.hooks.retain_mut(|hook| {
         let Some(sub) = subcommand_index(hook) else { return true };
         let name = hook.args[sub].clone();
+        // NVIDIA's create-soname-symlinks takes update-ldcache's `--folder`s.
+        let takes_folders = name == HookKind::UpdateLdcache.as_str() || name == "create-soname-symlinks";
         match name.as_str() {
-            "create-symlinks" => has_values(hook, sub, "--link"),
-            "update-ldcache" | "create-soname-symlinks" => {
-                let before = has_values(hook, sub, "--folder");
+            n if n == HookKind::CreateSymlinks.as_str() => has_values(hook, sub, Flag::Link),
+            _ if takes_folders => {
+                let before = has_values(hook, sub, Flag::Folder);
                 filter_values(
                     hook,
                     sub,
-                    "--folder",
+                    Flag::Folder,
                     |folder, out| {
                         let folder = folder.trim_end_matches('/');
                         // A folder no injected file was in is not ours to judge.
@@ -560,7 +563,7 @@ pub fn filter_edits(edits: &mut ContainerEdits, requested: Capabilities) -> Filt
                     },
                     &mut out,
                 );
-                !before || has_values(hook, sub, "--folder")
+                !before || has_values(hook, sub, Flag::Folder)
             }
             other => match hook_class(other) {
                 Some(caps) => {
@@ -582,7 +585,8 @@ pub fn filter_edits(edits: &mut ContainerEdits, requested: Capabilities) -> Filt
 }
 
 /// Whether the hook still has a `flag` value (`--flag v` or `--flag=v`).
-fn has_values(hook: &Hook, sub: usize, flag: &str) -> bool {
+fn has_values(hook: &Hook, sub: usize, flag: Flag) -> bool {
+    let flag = flag.long();
     let with_eq = format!("{flag}=");
     hook.args[sub + 1..].iter().any(|a| a == flag || a.starts_with(&with_eq))
 }
@@ -592,10 +596,11 @@ fn has_values(hook: &Hook, sub: usize, flag: &str) -> bool {
 fn filter_values(
     hook: &mut Hook,
     sub: usize,
-    flag: &str,
+    flag: Flag,
     mut keep: impl FnMut(&str, &mut Filtered) -> bool,
     out: &mut Filtered,
 ) {
+    let flag = flag.long();
     let with_eq = format!("{flag}=");
     let mut args = Vec::with_capacity(hook.args.len());
     let mut rest = std::mem::take(&mut hook.args).into_iter();

@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use containerd_shim_protos::api::CreateTaskRequest;
 use nvinject_cdi::apply::{apply_edits, has_device_node};
+use nvinject_cdi::nvinject::{ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION};
 use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError, Spec};
-use nvinject_cdi_gen::build::{ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION};
 use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
@@ -406,7 +406,7 @@ impl Injector {
             let recorded = spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned().unwrap_or_default();
             let request = RegenerateRequest {
                 spec_path: path.clone(),
-                kind: spec.kind.clone(),
+                kind: spec.kind.to_string(),
                 driver_root: spec
                     .annotations
                     .get(ANNOTATION_DRIVER_ROOT)

@@ -29,20 +29,12 @@
 
 use serde_json::{Value, json};
 
+use nvinject_cdi::nvinject::{
+    CudaCompat, DEFAULT_HOOK_PATH, FlagForm, HOOK_PROGRAM, HookCommand, HookInvocation, HookKind, HookMount,
+    NVIDIA_CDI_HOOK, NVIDIA_CTK, NVIDIA_CTK_HOOK,
+};
 use nvinject_cdi::{HOOK_ENV, Mount};
-use nvinject_hook::{BIND_MOUNTS, Bind, INJECT};
-
-/// The hook subcommands of specs written by nvinject-cdi, by which their hook path is recognised.
-const NVINJECT_SUBCOMMANDS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-ldcache"];
-
-/// The subcommands of NVIDIA's hook that nvinject-hook implements, each with the flags (each
-/// taking one value) it accepts from a spec. Anything else in such a run (NVIDIA's hidden
-/// `--container-spec`, a flag of a newer toolkit) means the run is not translated.
-const NVIDIA_TRANSLATED: [(&str, &[&str]); 3] = [
-    ("create-symlinks", &["link"]),
-    ("update-ldcache", &["folder", "ldconfig-path"]),
-    ("enable-cuda-compat", &["host-driver-version", "host-cuda-version", "cuda-compat-container-root"]),
-];
+use nvinject_hook::Bind;
 
 /// What [`translate_nvidia_hooks`] did with one NVIDIA hook run, by subcommand
 /// (`create-symlinks=translated`, `update-application-profile=dropped`, ...).
@@ -66,38 +58,29 @@ impl std::fmt::Display for NvidiaHookAction {
 fn nvidia_subcommand(hook: &nvinject_cdi::Hook) -> Option<&[String]> {
     let name = hook.path.rsplit('/').next()?;
     match name {
-        "nvidia-cdi-hook" => hook.args.get(1..),
-        "nvidia-ctk" if hook.args.get(1).map(String::as_str) == Some("hook") => hook.args.get(2..),
+        NVIDIA_CDI_HOOK => hook.args.get(1..),
+        NVIDIA_CTK if hook.args.get(1).map(String::as_str) == Some(NVIDIA_CTK_HOOK) => hook.args.get(2..),
         _ => None,
     }
 }
 
-/// nvinject-hook's argv for NVIDIA's `sub_and_args` (`[SUB, flags...]`), or why not: each flag
-/// must be one the subcommand takes, given as `--name=value` or `--name value`, and is passed on
-/// as `--name=value` (one argument, so no value can read as another flag).
+/// nvinject-hook's argv for NVIDIA's `sub_and_args` (`[SUB, flags...]`), or why not. It is read
+/// by nvinject-hook's own grammar ([`HookInvocation::parse`]), so it passes only when it is one of
+/// the runs our specs carry (create-symlinks, update-ldcache, enable-cuda-compat; no `--mount`,
+/// no flag that run does not take), given as `--name=value` or `--name value`; every value is
+/// passed on as `--name=value` (one argument, so no value can read as another flag).
 fn translated_args(argv0: &str, sub_and_args: &[String]) -> Result<Vec<String>, String> {
-    let Some((sub, rest)) = sub_and_args.split_first() else {
-        return Err("no subcommand".into());
-    };
-    let Some((_, flags)) = NVIDIA_TRANSLATED.iter().find(|(s, _)| s == sub) else {
+    let argv: Vec<&str> = std::iter::once(argv0).chain(sub_and_args.iter().map(String::as_str)).collect();
+    let mut run = HookInvocation::parse(&argv).map_err(|e| e.to_string())?;
+    let sub = run.command.subcommand();
+    if sub.kind().is_none() {
         return Err(format!("nvinject-hook does not implement {sub}"));
-    };
-    let mut args = vec![argv0.to_owned(), sub.clone()];
-    let mut rest = rest.iter();
-    while let Some(arg) = rest.next() {
-        let Some(flag) = arg.strip_prefix("--") else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        let (name, value) = match flag.split_once('=') {
-            Some((name, value)) => (name, value.to_owned()),
-            None => (flag, rest.next().ok_or_else(|| format!("--{flag} has no value"))?.clone()),
-        };
-        if !flags.contains(&name) {
-            return Err(format!("flag --{name} is not one nvinject-hook {sub} takes"));
-        }
-        args.push(format!("--{name}={value}"));
     }
-    Ok(args)
+    if !run.mounts.is_empty() {
+        return Err("--mount is not a flag of NVIDIA's hooks".into());
+    }
+    run.form = FlagForm::Joined;
+    Ok(run.to_args())
 }
 
 /// Runs the hooks NVIDIA's tools wrote with nvinject-hook (`hook_path`) where it implements
@@ -152,14 +135,15 @@ pub fn translate_nvidia_hooks(
 }
 
 /// The path of the `nvinject-hook` the edits' own hooks run, if any: the moved mounts are given
-/// to the same binary (a spec without nvinject hooks keeps its mounts with runc).
+/// to the same binary (a spec without nvinject hooks keeps its mounts with runc). The hook is
+/// recognised by its file name and a subcommand our specs carry.
 pub fn nvinject_hook_path(hooks: &[nvinject_cdi::Hook]) -> Option<&str> {
     hooks
         .iter()
         .find(|h| {
             h.hook_name == "createContainer"
-                && h.path.ends_with("/nvinject-hook")
-                && h.args.get(1).is_some_and(|a| NVINJECT_SUBCOMMANDS.contains(&a.as_str()))
+                && h.path.rsplit_once('/').is_some_and(|(_, file)| file == HOOK_PROGRAM)
+                && h.args.get(1).is_some_and(|a| a.parse::<HookKind>().is_ok())
         })
         .map(|h| h.path.as_str())
 }
@@ -170,7 +154,7 @@ pub fn hook_path_for_nvidia(hooks: &[nvinject_cdi::Hook], configured: Option<&st
     nvinject_hook_path(hooks)
         .map(str::to_owned)
         .or_else(|| configured.map(|p| p.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| crate::regenerate::DEFAULT_HOOK_PATH.to_owned())
+        .unwrap_or_else(|| DEFAULT_HOOK_PATH.to_owned())
 }
 
 /// What [`fold_into_one_run`] did.
@@ -198,70 +182,110 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
         let leading = oci
             .pointer("/hooks/createContainer")
             .and_then(Value::as_array)
-            .map(|c| leading_nvinject_runs(c, hook_path))
+            .map(|c| leading_nvinject_runs(c, hook_path).len())
             .unwrap_or(0);
         if leading < 2 {
             // Nothing to move and nothing to merge: config.json stays as CDI applied it.
             return Folded::default();
         }
     }
-    let mut mount_args = Vec::with_capacity(binds.len() * 2);
-    for bind in &binds {
-        mount_args.push(json!("--mount"));
-        mount_args.push(json!(bind.to_arg()));
-    }
+    let mounts: Vec<HookMount> = binds
+        .iter()
+        .map(|b| HookMount {
+            source: b.source.to_string_lossy().into_owned(),
+            destination: b.destination.to_string_lossy().into_owned(),
+            options: b.options.clone(),
+        })
+        .collect();
     let Some(create) = create_container_hooks(oci) else { return Folded::default() };
     let argv0 = hook_path.rsplit('/').next().unwrap_or(hook_path);
     let leading = leading_nvinject_runs(create, hook_path);
-    if leading > 0 && (leading > 1 || !binds.is_empty()) {
+    if !leading.is_empty() && (leading.len() > 1 || !binds.is_empty()) {
         // The spec's own runs come first (the usual case: nothing else adds hooks): one `inject`
         // run does the mounts and then what each of them did, in their order.
-        let mut args = vec![json!(argv0)];
-        args.extend(mount_args);
-        args.push(json!(INJECT));
-        for hook in create.drain(..leading) {
-            args.extend(hook.get("args").and_then(Value::as_array).into_iter().flatten().skip(2).cloned());
-        }
-        create.insert(0, json!({ "path": hook_path, "args": args, "env": HOOK_ENV }));
-        return Folded { mounts: binds.len(), hooks_merged: leading };
+        let merged = leading.len();
+        let mut run = merge(leading);
+        (run.argv0, run.mounts) = (argv0.to_owned(), mounts);
+        create.drain(..merged);
+        create.insert(0, json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV }));
+        return Folded { mounts: binds.len(), hooks_merged: merged };
     }
     if !binds.is_empty() {
-        let mut args = vec![json!(argv0)];
-        args.extend(mount_args);
-        args.push(json!(BIND_MOUNTS));
-        create.insert(0, json!({ "path": hook_path, "args": args, "env": HOOK_ENV }));
+        let run = HookInvocation {
+            argv0: argv0.to_owned(),
+            mounts,
+            ..HookInvocation::new(HookCommand::BindMounts)
+        };
+        create.insert(0, json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV }));
     }
     Folded { mounts: binds.len(), hooks_merged: 0 }
 }
 
-/// How many createContainer hooks at the front are the spec's `nvinject-hook` runs at
-/// `hook_path` that `inject` can stand in for: `create-symlinks` runs, at most one
-/// `enable-cuda-compat` run, then `update-ldcache` runs (the order `inject` does them in), with no
-/// timeout of their own.
-fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> usize {
+/// The spec's leading createContainer runs of `nvinject-hook` at `hook_path` that `inject` can
+/// stand in for, parsed: `create-symlinks` runs, at most one `enable-cuda-compat` run, then
+/// `update-ldcache` runs (the order `inject` does them in), with no timeout or `--mount` of their
+/// own. A run the hook's grammar does not accept ends them (the hook reports it when it runs).
+fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocation> {
     // 0: create-symlinks runs, 1: after the enable-cuda-compat run (at most one: its flags can be
     // given once), 2: update-ldcache runs.
     let mut phase = 0;
-    create
-        .iter()
-        .take_while(|h| {
-            let sub = h.get("args").and_then(|a| a.get(1)).and_then(Value::as_str);
-            let ours = h.get("path").and_then(Value::as_str) == Some(hook_path) && h.get("timeout").is_none();
-            let in_order = match sub {
-                Some("create-symlinks") => phase == 0,
-                Some("enable-cuda-compat") if phase == 0 => {
+    let mut runs = Vec::new();
+    for hook in create {
+        let ours =
+            hook.get("path").and_then(Value::as_str) == Some(hook_path) && hook.get("timeout").is_none();
+        let args: Option<Vec<&str>> =
+            hook.get("args").and_then(Value::as_array).and_then(|a| a.iter().map(Value::as_str).collect());
+        let Some(run) = args.filter(|_| ours).and_then(|a| HookInvocation::parse(&a).ok()) else { break };
+        let in_order = run.mounts.is_empty()
+            && match run.command {
+                HookCommand::CreateSymlinks { .. } => phase == 0,
+                HookCommand::EnableCudaCompat { .. } if phase == 0 => {
                     phase = 1;
                     true
                 }
-                Some("update-ldcache") => {
+                HookCommand::UpdateLdcache { .. } => {
                     phase = 2;
                     true
                 }
                 _ => false,
             };
-            ours && in_order
-        })
-        .count()
+        if !in_order {
+            break;
+        }
+        runs.push(run);
+    }
+    runs
+}
+
+/// One `inject` run doing what `runs` (from [`leading_nvinject_runs`]) did, in their order; its
+/// values are written joined when any run wrote them so.
+fn merge(runs: Vec<HookInvocation>) -> HookInvocation {
+    let mut links = Vec::new();
+    let mut compat = CudaCompat::default();
+    let mut folders = Vec::new();
+    let mut ldconfig_path = None;
+    let mut form = FlagForm::Separate;
+    for run in runs {
+        if run.form == FlagForm::Joined {
+            form = FlagForm::Joined;
+        }
+        match run.command {
+            HookCommand::CreateSymlinks { links: l } => links.extend(l),
+            HookCommand::EnableCudaCompat { compat: c } => compat = c,
+            HookCommand::UpdateLdcache { folders: f, ldconfig_path: p } => {
+                folders.extend(f);
+                // Ignored by the hook, and `inject` takes it once: the first is kept.
+                ldconfig_path = ldconfig_path.or(p);
+            }
+            HookCommand::BindMounts | HookCommand::Inject { .. } => {
+                unreachable!("leading_nvinject_runs keeps only the spec's runs")
+            }
+        }
+    }
+    HookInvocation {
+        form,
+        ..HookInvocation::new(HookCommand::Inject { links, compat, folders, ldconfig_path })
+    }
 }
 
 /// Takes the mounts of `oci` that came from `injected` and can move out of `mounts`, in order.

@@ -3,12 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use nvinject_cdi::Format;
+use nvinject_cdi::nvinject::DEFAULT_HOOK_PATH;
 use nvinject_cdi_gen::{GenerateOptions, Nvml, Root, generate, write_spec};
 
 use crate::inject::{Regenerate, RegenerateRequest};
-
-/// Hook path written into regenerated specs when neither the config nor the old spec names one.
-pub const DEFAULT_HOOK_PATH: &str = "/usr/local/nvinject/bin/nvinject-hook";
 
 /// The real [`Regenerate`]: NVML discovery and an atomic write by `nvinject-cdi-gen`.
 #[derive(Debug, Clone)]

@@ -28,6 +28,7 @@ use serde::Deserialize;
 use nvinject_fsio::mount::{BindError, BindOptions, MountApi};
 use nvinject_fsio::root::{LinkOutcome, Root, RootError};
 
+pub mod cli;
 pub mod compat;
 
 /// The ld.so.conf.d drop-in the hook writes so later `ldconfig` runs in the container keep the
@@ -151,12 +152,6 @@ pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<Vec<(Link, LinkOut
     }
     Ok(done)
 }
-
-/// The subcommand that only makes the `--mount`s (the shim's own run, see [`Bind`]).
-pub const BIND_MOUNTS: &str = "bind-mounts";
-/// The subcommand that does a spec's `create-symlinks` and `update-ldcache` runs (and the
-/// `--mount`s before them) in one process, as the shim merges them.
-pub const INJECT: &str = "inject";
 
 /// One `--mount <source>::<destination>::<options>` of `bind-mounts`: a host path, the
 /// mountpoint inside the container and the OCI mount options, comma-separated.

@@ -18,99 +18,11 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use nvinject_fsio::mount::MountApi;
 use nvinject_fsio::root::Root;
 use nvinject_hook as hook;
-
-#[derive(Parser, Debug)]
-#[command(name = "nvinject-hook", version, about = "OCI createContainer hook for nvinject CDI specs")]
-struct Cli {
-    /// A bind mount to make before anything else:
-    /// `<host source>::<destination in the container>::<OCI options, comma-separated>`.
-    #[arg(long = "mount")]
-    mounts: Vec<String>,
-    /// Use mount(2) and a remount even where the kernel has open_tree/move_mount (a test knob for
-    /// the path older kernels take).
-    #[arg(long, hide = true)]
-    classic_mount_api: bool,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Create symlinks inside the container root.
-    CreateSymlinks {
-        /// `<target>::<link>`; the link path is absolute inside the container.
-        #[arg(long = "link")]
-        links: Vec<String>,
-    },
-    /// Only the `--mount`s (the shim's own hook run, when no nvinject hook runs first).
-    BindMounts,
-    /// The `--mount`s, then create-symlinks' links, then update-ldcache's cache, in one run (the
-    /// shim merges a spec's runs into this); the cache is built from the image's own plus what
-    /// this run mounted and linked.
-    Inject {
-        /// As create-symlinks' `--link`.
-        #[arg(long = "link")]
-        links: Vec<String>,
-        /// As update-ldcache's `--folder`.
-        #[arg(long = "folder")]
-        folders: Vec<PathBuf>,
-        /// Accepted and ignored, as by update-ldcache.
-        #[arg(long, hide = true)]
-        ldconfig_path: Option<PathBuf>,
-        /// As enable-cuda-compat's (decided before the cache is built, which then lists the
-        /// compat folder first).
-        #[command(flatten)]
-        compat: CompatFlags,
-    },
-    /// Let the image's CUDA forward-compatibility libraries (`/usr/local/cuda/compat`) come first
-    /// in the loader's order when they are newer than the host driver (NVIDIA's semantics); a
-    /// later update-ldcache run builds the cache that way.
-    EnableCudaCompat {
-        #[command(flatten)]
-        compat: CompatFlags,
-    },
-    /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
-    UpdateLdcache {
-        /// A folder (inside the container) holding injected libraries.
-        #[arg(long = "folder")]
-        folders: Vec<PathBuf>,
-        /// Accepted for specs written before the cache was built natively; ignored (no program
-        /// is run).
-        #[arg(long, hide = true)]
-        ldconfig_path: Option<PathBuf>,
-    },
-}
-
-/// enable-cuda-compat's flags, spelled as NVIDIA's hook spells them.
-#[derive(clap::Args, Debug, Default)]
-struct CompatFlags {
-    /// The host driver's version (`550.54.15`).
-    #[arg(long)]
-    host_driver_version: Option<String>,
-    /// The CUDA version the host driver supports (used with the compat library's ELF note).
-    #[arg(long)]
-    host_cuda_version: Option<String>,
-    /// The compat folder in the container (default /usr/local/cuda/compat).
-    #[arg(long)]
-    cuda_compat_container_root: Option<PathBuf>,
-}
-
-impl CompatFlags {
-    /// The arguments, when any version was given (otherwise there is nothing to decide).
-    fn given(self) -> Option<hook::compat::CompatArgs> {
-        (self.host_driver_version.is_some() || self.host_cuda_version.is_some()).then_some(
-            hook::compat::CompatArgs {
-                host_driver_version: self.host_driver_version,
-                host_cuda_version: self.host_cuda_version,
-                container_root: self.cuda_compat_container_root,
-            },
-        )
-    }
-}
+use nvinject_hook::cli::{Cli, Cmd};
 
 /// How to get the only build of this binary that may run; shown when another one is started.
 const BUILD_STATIC: &str = "cargo build -p nvinject-hook --target x86_64-unknown-linux-gnu \
@@ -229,40 +141,5 @@ mod tests {
         assert_eq!(message(&e), "updating the cache: write /etc/ld.so.cache in /r: disk on fire");
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(message(&plain), "outer: inner");
-    }
-
-    #[test]
-    fn translated_arguments_parse_and_mounts_come_only_before_the_subcommand() {
-        let cli = Cli::try_parse_from([
-            "nvinject-hook",
-            "inject",
-            "--link=a::/b",
-            "--host-driver-version=550.54.15",
-            "--folder=/usr/lib/x86_64-linux-gnu",
-        ])
-        .unwrap();
-        let Cmd::Inject { links, folders, compat, .. } = cli.command else { panic!("{:?}", cli.command) };
-        assert_eq!((links.as_slice(), folders.len()), (["a::/b".to_owned()].as_slice(), 1));
-        assert_eq!(compat.host_driver_version.as_deref(), Some("550.54.15"));
-        let cli =
-            Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat", "--host-driver-version", "560"])
-                .unwrap();
-        assert!(
-            matches!(cli.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_some())
-        );
-        // A spec's run can give --mount only before the subcommand, which the shim's translation
-        // of NVIDIA's hooks never writes; after it, or twice a compat flag, it is refused.
-        for argv in [
-            &["nvinject-hook", "create-symlinks", "--mount", "/etc::/x::rbind"][..],
-            &["nvinject-hook", "update-ldcache", "--mount=/etc::/x::rbind"],
-            &["nvinject-hook", "inject", "--host-driver-version=1", "--host-driver-version=2"],
-            &["nvinject-hook", "enable-cuda-compat", "--container-spec=/tmp/x"],
-        ] {
-            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
-        }
-        let none = Cli::try_parse_from(["nvinject-hook", "enable-cuda-compat"]).unwrap();
-        assert!(
-            matches!(none.command, Cmd::EnableCudaCompat { compat } if compat.host_driver_version.is_none() && compat.host_cuda_version.is_none())
-        );
     }
 }
