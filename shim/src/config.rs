@@ -142,6 +142,9 @@ pub struct RegenerateConfig {
     pub lock_dir: PathBuf,
     /// Seconds a Create waits for the spec lock before it fails naming the lock file.
     pub lock_timeout_secs: u64,
+    /// The `nvinject-cdi` binary that regenerates specs (run as a child process, so the proxy
+    /// never loads NVML); default: `nvinject-cdi` beside the shim's own executable.
+    pub generator: Option<PathBuf>,
 }
 
 impl Default for RegenerateConfig {
@@ -158,6 +161,7 @@ impl Default for RegenerateConfig {
             spec_path: None,
             lock_dir: PathBuf::from("/run/nvinject/locks"),
             lock_timeout_secs: 10,
+            generator: None,
         }
     }
 }
@@ -319,6 +323,7 @@ mod tests {
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
             lock-dir = "/run/x/locks"
             lock-timeout-secs = 3
+            generator = "/opt/nvinject/bin/nvinject-cdi"
             "#,
         )
         .unwrap();
@@ -332,6 +337,8 @@ mod tests {
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
         assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
         assert_eq!(c.regenerate.lock_timeout_secs, 3);
+        assert_eq!(c.regenerate.generator.as_deref(), Some(Path::new("/opt/nvinject/bin/nvinject-cdi")));
+        assert_eq!(Config::default().regenerate.generator, None, "beside the shim unless configured");
         assert_eq!(c.regenerate.mps_pipe_dir.as_deref(), Some(Path::new("/run/nvidia/mps")));
         assert_eq!(Config::default().regenerate.mps_pipe_dir, None, "no MPS unless configured");
     }

@@ -12,6 +12,7 @@ pub mod capabilities;
 pub mod config;
 pub mod daemon;
 pub mod frame;
+pub mod freshness;
 pub mod inject;
 pub mod inner;
 pub mod mount_hook;
