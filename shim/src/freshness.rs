@@ -174,8 +174,8 @@ pub struct FreshnessError {
     pub stale: String,
     /// The loaded driver's version.
     pub loaded: String,
-    /// What went wrong.
-    pub error: RegenerateError,
+    /// What went wrong (boxed: it is the rare path, and a `Result` carrying it stays small).
+    pub error: Box<RegenerateError>,
 }
 
 /// The edges [`Freshness`] works through.
@@ -235,7 +235,7 @@ impl Freshness {
             path: path.clone(),
             stale: "(missing)".into(),
             loaded: loaded.to_owned(),
-            error,
+            error: Box::new(error),
         };
         let _lock = self.locks.lock(path).map_err(|e| fail(e.into()))?;
         if path.exists() {
@@ -314,7 +314,7 @@ impl Freshness {
                 path: path.clone(),
                 stale: recorded.clone(),
                 loaded: loaded.to_owned(),
-                error,
+                error: Box::new(error),
             };
             let kind = spec
                 .kind
@@ -733,7 +733,7 @@ mod tests {
         let f = s.freshness();
         let stale = f.to_regenerate(&s.registry(), &gpu("0"), "555.42.02");
         let e = f.regenerate(stale.clone(), "555.42.02").unwrap_err();
-        assert!(matches!(e.error, RegenerateError::Generator(GeneratorError::Failed { .. })), "{e:?}");
+        assert!(matches!(*e.error, RegenerateError::Generator(GeneratorError::Failed { .. })), "{e:?}");
         assert_eq!(
             e.to_string(),
             format!(
@@ -746,7 +746,7 @@ mod tests {
         s.regen.fail = false;
         s.locks.refuse = true;
         let e = s.freshness().regenerate(stale, "555.42.02").unwrap_err();
-        assert!(matches!(e.error, RegenerateError::Lock(_)), "{e:?}");
+        assert!(matches!(*e.error, RegenerateError::Lock(_)), "{e:?}");
         assert!(e.to_string().ends_with("regenerating it failed: spec lock /locks/x.lock: held"), "{e}");
         assert_eq!(s.requests().len(), 1, "nothing runs without the lock");
     }
