@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 
 use nvinject_cdi::nvinject::{
-    ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_GENERATED_BY, CudaCompat, HookCommand,
-    HookInvocation, HookKind, HookLink,
+    ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION, ANNOTATION_GENERATED_BY,
+    ANNOTATION_INVENTORY_DIGEST, CudaCompat, HookCommand, HookInvocation, HookKind, HookLink,
 };
 use nvinject_cdi::{
     ContainerEdits, Device, DeviceNode, DeviceType, Hook, Kind, Mount, Spec, minimum_version,
@@ -32,10 +32,6 @@ use sha2::{Digest, Sha256};
 use crate::devices::{CTL_MINOR, DevTree, MigCap, NVIDIA_MAJOR, NodeInfo, NodeType};
 use crate::driver::DriverFiles;
 use crate::root::join;
-
-/// Re-exported only for `installer/src/doctor.rs`, which still names them here; the owner is
-/// [`nvinject_cdi::nvinject`], and this goes once the installer imports from there.
-pub use nvinject_cdi::nvinject::{ANNOTATION_DRIVER_VERSION, ANNOTATION_INVENTORY_DIGEST};
 
 /// Name of the device holding every device.
 pub const ALL_DEVICE: &str = "all";

@@ -134,35 +134,6 @@ pub fn parse_mig_minors(text: &str) -> BTreeMap<MigCap, u32> {
         .collect()
 }
 
-/// The kernel module's version: `<sys root>/module/nvidia/version`, else the `NVRM version:` line
-/// of `<proc root>/driver/nvidia/version`. Returns the version and the file it came from.
-pub fn read_driver_version(sys_root: &Path, proc_root: &Path) -> Result<(String, String), Vec<String>> {
-    let sys = join(sys_root, "/module/nvidia/version");
-    let proc = join(proc_root, "/driver/nvidia/version");
-    if let Ok(text) = fs::read_to_string(&sys)
-        && let Some(v) = text.lines().next().map(str::trim).filter(|v| !v.is_empty())
-    {
-        return Ok((v.to_owned(), sys.display().to_string()));
-    }
-    if let Ok(text) = fs::read_to_string(&proc)
-        && let Some(v) = parse_nvrm_version(&text)
-    {
-        return Ok((v, proc.display().to_string()));
-    }
-    Err(vec![sys.display().to_string(), proc.display().to_string()])
-}
-
-/// The version in `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ...`.
-pub fn parse_nvrm_version(text: &str) -> Option<String> {
-    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
-    line.split_whitespace()
-        .find(|w| {
-            w.split('.').count() >= 2
-                && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(str::to_owned)
-}
-
 fn node_info(path: &Path) -> Option<NodeInfo> {
     let meta = fs::metadata(path).ok()?;
     let ft = meta.file_type();
@@ -248,27 +219,6 @@ mod tests {
         for bad in ["config", "gpu0/gi2", "gpu0/gi2/ci0", "gpu0/gi2/access/x", "gpux/gi2/access"] {
             assert_eq!(MigCap::parse(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn reads_driver_version_from_sys_then_proc() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (sys, proc) = (tmp.path().join("sys"), tmp.path().join("proc"));
-        let missing = read_driver_version(&sys, &proc).unwrap_err();
-        assert!(
-            missing[0].ends_with("sys/module/nvidia/version")
-                && missing[1].ends_with("proc/driver/nvidia/version")
-        );
-        fs::create_dir_all(proc.join("driver/nvidia")).unwrap();
-        fs::write(
-            proc.join("driver/nvidia/version"),
-            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.2.0\n",
-        )
-        .unwrap();
-        assert_eq!(read_driver_version(&sys, &proc).unwrap().0, "550.54.15");
-        fs::create_dir_all(sys.join("module/nvidia")).unwrap();
-        fs::write(sys.join("module/nvidia/version"), "550.54.14\n").unwrap();
-        assert_eq!(read_driver_version(&sys, &proc).unwrap().0, "550.54.14");
     }
 
     #[test]

@@ -143,14 +143,15 @@ pub fn generate(opts: &GenerateOptions, nvml: &dyn InventorySource) -> Result<Sp
             (Source::Nvml(&inventory), inventory.driver.version.as_str())
         }
         Mode::Management => {
-            management_version = match devices::read_driver_version(&opts.sys_root, &opts.proc_root) {
-                Ok((version, from)) => {
-                    tracing::debug!(version, from, "driver version read");
-                    version
-                }
-                Err(looked) => driver::libcuda_version(&opts.driver_root.lookup, &opts.library_dirs)
-                    .ok_or(GenerateError::DriverVersion { looked })?,
-            };
+            management_version =
+                match nvinject_cdi::nvinject::read_driver_version(&opts.sys_root, &opts.proc_root) {
+                    Ok((version, from)) => {
+                        tracing::debug!(version, from, "driver version read");
+                        version
+                    }
+                    Err(looked) => driver::libcuda_version(&opts.driver_root.lookup, &opts.library_dirs)
+                        .ok_or(GenerateError::DriverVersion { looked })?,
+                };
             (Source::Management { driver_version: &management_version }, management_version.as_str())
         }
     };

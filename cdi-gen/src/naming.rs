@@ -53,8 +53,5 @@ mod tests {
                 "nvidia.com/gpu=gpu3"
             ]
         );
-        // The gpu crate's own spelling of the default kind, kept for the plugin's config until it
-        // moves to `nvinject_cdi::nvinject`, must be the same.
-        assert_eq!(nvinject_gpu::naming::DEFAULT_KIND, nvinject_cdi::nvinject::DEFAULT_KIND);
     }
 }

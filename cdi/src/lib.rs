@@ -2,14 +2,17 @@
 //! versions ([`version`]), reading and writing spec text ([`codec`]), validation ([`mod@validate`]) and
 //! the registry of spec directories that resolves `vendor/class=name` to a device ([`registry`]),
 //! and applying a device's edits to an OCI runtime spec ([`apply`]); and [`nvinject`], the contract
-//! between nvinject's spec writer and its readers (annotation keys, hook command lines, defaults).
+//! between nvinject's spec writer and its readers (annotation keys, hook command lines, defaults, the
+//! loaded-driver version a spec is compared with).
 //!
 //! Boundary: pure data handling plus reading spec files. It never discovers hardware (that is
 //! `nvinject-gpu` and `nvinject-cdi-gen`), never writes spec files (cdi-gen does, atomically) and
 //! never talks to a container runtime (that is the shim). Applying a spec is a pure function of
-//! complete device nodes; the one look at the host is [`fill`], which completes the device-node
-//! fields a spec may leave out (`type`, `major`, `minor`, `fileMode`) from the host device file,
-//! before applying, as the CDI reference library does.
+//! complete device nodes. It looks at the host in two places only: [`fill`], which completes the
+//! device-node fields a spec may leave out (`type`, `major`, `minor`, `fileMode`) from the host device
+//! file, before applying, as the CDI reference library does; and [`nvinject::read_driver_version`],
+//! the kernel module's version file (never NVML), so a reader can tell a stale spec without linking
+//! the generator.
 
 pub mod apply;
 pub mod codec;

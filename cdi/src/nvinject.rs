@@ -5,6 +5,8 @@
 //! - the annotation keys recording how a spec was made ([`ANNOTATION_DRIVER_VERSION`], ...);
 //! - the default kind ([`DEFAULT_KIND`]), spec file name ([`SPEC_FILE_NAME`]) and hook path
 //!   ([`DEFAULT_HOOK_PATH`]);
+//! - how the loaded driver's version is read ([`read_driver_version`]), which
+//!   [`ANNOTATION_DRIVER_VERSION`] is compared with to tell a stale spec;
 //! - the `nvinject-hook` command lines, as a type ([`HookInvocation`]) with [`HookInvocation::to_args`]
 //!   and [`HookInvocation::parse`]: cdi-gen writes the spec's runs with it, the shim reads them,
 //!   merges them and translates NVIDIA's hooks through it, and a flag is named once ([`Flag`]).
@@ -17,6 +19,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::name::Kind;
+
+mod driver_version;
+
+pub use driver_version::{parse_nvrm_version, read_driver_version};
 
 /// Annotation: the driver version the spec was made for (compared with
 /// `<sys>/module/nvidia/version` to tell a stale spec).

@@ -13,12 +13,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Gpu, Inventory, MigDevice};
 
-/// The CDI kind NVIDIA's tools use, and ours by default. The owner is
-/// `nvinject_cdi::nvinject::DEFAULT_KIND` (this crate sits below CDI and does not depend on it);
-/// this copy stays only until the device plugin's config reads that one, and a cdi-gen test pins
-/// the two equal.
-pub const DEFAULT_KIND: &str = "nvidia.com/gpu";
-
 /// How a device is named inside its CDI kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -171,7 +165,7 @@ mod tests {
         let inv = inventory();
         let names: Vec<Vec<String>> = inv
             .devices()
-            .map(|d| NamingStrategy::ALL.iter().map(|s| format!("{DEFAULT_KIND}={}", d.name(*s))).collect())
+            .map(|d| NamingStrategy::ALL.iter().map(|s| format!("nvidia.com/gpu={}", d.name(*s))).collect())
             .collect();
         assert_eq!(
             names,

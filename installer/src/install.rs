@@ -31,7 +31,7 @@ pub const SHIM_BINARY: &str = "containerd-shim-nvinject-v2";
 /// The binaries installed into `<install dir>/bin`, and whether each is required.
 pub const BINARIES: &[(&str, bool)] = &[
     (SHIM_BINARY, true),
-    ("nvinject-hook", true),
+    (nvinject_cdi::nvinject::HOOK_PROGRAM, true),
     ("nvinject-cdi", false),
     ("nvinject-device-plugin", false),
     ("nvinject-installer", false),
@@ -43,7 +43,7 @@ pub const BINARIES: &[(&str, bool)] = &[
 pub const DIR_MODE: u32 = 0o755;
 
 /// The CDI spec file the installer owns (JSON: the fastest for the shim to parse).
-pub const SPEC_FILE: &str = "nvidia.com-gpu.json";
+pub const SPEC_FILE: &str = nvinject_cdi::nvinject::SPEC_FILE_NAME;
 
 /// Everything install and uninstall need to know; every path is a host path.
 #[derive(Debug, Clone)]
@@ -134,7 +134,7 @@ impl Settings {
 
     /// Host path of the OCI hook.
     pub fn hook_path(&self) -> String {
-        host_join(&self.bin_dir(), "nvinject-hook")
+        host_join(&self.bin_dir(), nvinject_cdi::nvinject::HOOK_PROGRAM)
     }
 
     /// Host path of our drop-in.

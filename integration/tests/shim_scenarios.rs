@@ -434,8 +434,8 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
 
 /// A driver upgrade: the node's driver changes under an existing spec. The next GPU container finds
 /// the spec stale (its `nvinject.io/driver-version` is not the loaded driver's), the shim
-/// regenerates it through the cdi-gen library (real discovery through the simulated NVML), and the
-/// container gets the new driver's libraries.
+/// regenerates it by running the `nvinject-cdi` beside it (real discovery through the simulated
+/// NVML, in that child process, not the proxy), and the container gets the new driver's libraries.
 #[test]
 fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
     let _s = serial();

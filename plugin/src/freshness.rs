@@ -147,7 +147,7 @@ impl SpecFreshness {
     /// Concurrent callers wait for one another: one regeneration serves them all.
     pub fn ensure_fresh(&self) -> Result<Outcome, FreshnessError> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok((loaded, _)) = nvinject_cdi_gen::devices::read_driver_version(&self.sys_root, &self.proc_root)
+        let Ok((loaded, _)) = nvinject_cdi::nvinject::read_driver_version(&self.sys_root, &self.proc_root)
         else {
             *last = None;
             return Ok(Outcome::NoDriver);

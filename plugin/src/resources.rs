@@ -267,8 +267,8 @@ fn gpu_label(g: &Gpu) -> String {
 pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<Plan, PlanError> {
     let mut warnings = Vec::new();
     let want_nodes = settings.pass_device_specs;
-    let kind: Kind = settings.cdi_kind.parse()?;
-    let make = |d: DeviceRef<'_>| -> Result<Target, PlanError> { target(d, &kind, want_nodes, facts) };
+    let kind: &Kind = &settings.cdi_kind;
+    let make = |d: DeviceRef<'_>| -> Result<Target, PlanError> { target(d, kind, want_nodes, facts) };
     let gpu_resource = ResourceName::parse("gpu").expect("constant is valid");
 
     let mut groups: BTreeMap<ResourceName, Vec<Target>> = BTreeMap::new();

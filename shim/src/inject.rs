@@ -1,7 +1,7 @@
 //! What happens at a container's Create: read the bundle's `config.json`, work out the requested
-//! devices, resolve them in the CDI spec directories (regenerating a stale nvinject spec first),
-//! apply their edits, and write `config.json` back atomically, all before the runc shim sees the
-//! Create.
+//! devices, make the nvinject specs they come from fresh (`crate::freshness`), resolve them in the
+//! CDI spec directories, apply their edits, and write `config.json` back atomically, all before the
+//! runc shim sees the Create.
 //!
 //! Nothing is written unless every requested device resolved and every edit applied, so a refused
 //! Create leaves the bundle exactly as containerd wrote it. Each container gets one log line:
@@ -12,59 +12,33 @@ use std::fmt;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use containerd_shim_protos::api::CreateTaskRequest;
 use nvinject_cdi::apply::{apply_edits, has_device_node};
-use nvinject_cdi::nvinject::{ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION};
-use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError, Spec};
+use nvinject_cdi::nvinject::ANNOTATION_DEV_ROOT;
+use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError};
 use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
 
 use crate::capabilities::{self, CapabilityError};
-use crate::config::{Config, DriverCapabilities, RegenerateConfig};
+use crate::config::{Config, DriverCapabilities};
+use crate::freshness::{Edges, Freshness, FreshnessError};
 use crate::proxy::{CreateGate, Rejection};
 use crate::request::{self, Policy, Resolution};
-
-/// Everything needed to regenerate one stale spec file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegenerateRequest {
-    /// The spec file to replace (atomically).
-    pub spec_path: PathBuf,
-    /// The spec's kind.
-    pub kind: String,
-    /// Driver root (the spec's own record, else the config's).
-    pub driver_root: Option<PathBuf>,
-    /// Dev root (the spec's own record, else the config's).
-    pub dev_root: Option<PathBuf>,
-    /// NVML library, when configured.
-    pub nvml_lib: Option<PathBuf>,
-    /// Hook path to write into the spec, when configured.
-    pub hook_path: Option<PathBuf>,
-    /// The driver version the spec was made for.
-    pub stale_version: String,
-    /// The driver version now loaded.
-    pub loaded_version: String,
-}
-
-/// Regenerates a spec file. The real one calls the cdi-gen library; tests inject their own.
-pub trait Regenerate: Send + Sync {
-    /// Writes a fresh spec at `request.spec_path`, atomically. The error is shown to the user.
-    fn regenerate(&self, request: &RegenerateRequest) -> Result<(), String>;
-}
 
 /// Why a Create is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {
     /// The bundle's config.json cannot be read or parsed.
-    #[error("cannot read the container's OCI spec {path}: {message}")]
+    #[error("cannot read the container's OCI spec {path}: {error}")]
     ReadSpec {
         /// The config.json.
         path: PathBuf,
         /// What went wrong.
-        message: String,
+        error: ReadSpecError,
     },
     /// A request names something that cannot be a CDI device.
     #[error(transparent)]
@@ -82,21 +56,10 @@ pub enum InjectError {
         /// The spec directories.
         dirs: DirList,
     },
-    /// A stale spec could not be regenerated.
-    #[error(
-        "CDI spec {} was generated for driver {stale} but driver {loaded} is loaded, and regenerating it failed: {message}",
-        path.display()
-    )]
-    Regenerate {
-        /// The stale spec.
-        path: PathBuf,
-        /// Its recorded driver version.
-        stale: String,
-        /// The loaded driver's version.
-        loaded: String,
-        /// The regenerator's error.
-        message: String,
-    },
+    /// A stale (or missing) spec could not be regenerated; names the spec, both driver versions
+    /// and the cause.
+    #[error(transparent)]
+    Regenerate(#[from] FreshnessError),
     /// A device node the spec leaves incomplete cannot be completed from the host device file.
     #[error("cannot complete the device nodes of {device} from the host: {error}")]
     HostDevice {
@@ -131,12 +94,23 @@ impl InjectError {
         match self {
             InjectError::Request(_) | InjectError::Capabilities(_) => Code::INVALID_ARGUMENT,
             InjectError::Unresolvable { .. }
-            | InjectError::Regenerate { .. }
+            | InjectError::Regenerate(_)
             | InjectError::HostDevice { .. }
             | InjectError::Apply { .. } => Code::FAILED_PRECONDITION,
             InjectError::ReadSpec { .. } | InjectError::Write { .. } => Code::INTERNAL,
         }
     }
+}
+
+/// Why config.json could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadSpecError {
+    /// Opening or reading it failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// It is not JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }
 
 /// Spec directories in a message.
@@ -191,8 +165,11 @@ pub struct Outcome {
 pub struct Injector {
     policy: Policy,
     spec_dirs: Vec<PathBuf>,
-    regen_config: RegenerateConfig,
-    regenerator: Option<Box<dyn Regenerate>>,
+    freshness: Freshness,
+    // `[regenerate] dev-root`: where incomplete device nodes are looked up when the spec records none.
+    dev_root: Option<PathBuf>,
+    // `[regenerate] hook-path`: the hook NVIDIA's hook runs are translated to.
+    hook_path: Option<PathBuf>,
     one_hook_run: bool,
     honour_driver_capabilities: bool,
     // Kept between Creates: unchanged spec files are not parsed again.
@@ -200,8 +177,9 @@ pub struct Injector {
 }
 
 impl Injector {
-    /// An injector for `config`. `regenerator` is used only when `[regenerate] enabled`.
-    pub fn new(config: &Config, regenerator: Box<dyn Regenerate>) -> Injector {
+    /// An injector for `config`; stale specs are made fresh through `edges` (its regenerator is
+    /// used only when `[regenerate] enabled`).
+    pub fn new(config: &Config, edges: Edges) -> Injector {
         let policy = Policy {
             default_kind: config.cdi.default_kind.clone(),
             annotation_prefixes: config.cdi.annotation_prefixes.clone(),
@@ -209,10 +187,11 @@ impl Injector {
             accept_volume_mounts: config.requests.accept_volume_mounts,
         };
         Injector {
+            freshness: Freshness::new(&config.regenerate, policy.default_kind.clone(), edges),
             policy,
             spec_dirs: config.cdi.spec_dirs.clone(),
-            regen_config: config.regenerate.clone(),
-            regenerator: config.regenerate.enabled.then_some(regenerator),
+            dev_root: config.regenerate.dev_root.clone(),
+            hook_path: config.regenerate.hook_path.clone(),
             one_hook_run: config.runtime.one_hook_run,
             honour_driver_capabilities: config.requests.driver_capabilities == DriverCapabilities::Honour,
             registry: Mutex::new(Registry::scan(&config.cdi.spec_dirs)),
@@ -223,9 +202,9 @@ impl Injector {
     pub fn inject(&self, bundle: &Path) -> Result<Outcome, InjectError> {
         let path = bundle.join("config.json");
         let t0 = Instant::now();
-        let read_err = |message: String| InjectError::ReadSpec { path: path.clone(), message };
-        let (bytes, mode) = read_with_mode(&path).map_err(|e| read_err(e.to_string()))?;
-        let mut oci: Value = serde_json::from_slice(&bytes).map_err(|e| read_err(e.to_string()))?;
+        let read_err = |error: ReadSpecError| InjectError::ReadSpec { path: path.clone(), error };
+        let (bytes, mode) = read_with_mode(&path).map_err(|e| read_err(e.into()))?;
+        let mut oci: Value = serde_json::from_slice(&bytes).map_err(|e| read_err(e.into()))?;
         let mut outcome = Outcome { read_us: micros(t0), ..Default::default() };
 
         let t1 = Instant::now();
@@ -253,18 +232,29 @@ impl Injector {
         outcome.ignored = describe_ignored(&ignored);
 
         let mut edits = {
-            let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            // Regeneration runs the generator for seconds: never under the registry lock, which
+            // every Create of this pod takes. The spec lock orders regenerations instead.
+            let loaded = self.freshness.loaded_version();
+            outcome.regenerated.extend(self.freshness.create_missing(loaded.as_deref())?);
+            let mut registry = self.registry();
             registry.refresh();
-            outcome.regenerated = self.create_missing(&mut registry)?;
-            outcome.regenerated.extend(self.refresh_stale(&mut registry, &names)?);
+            if let Some(loaded) = &loaded {
+                let stale = self.freshness.to_regenerate(&registry, &names, loaded);
+                if !stale.is_empty() {
+                    drop(registry);
+                    outcome.regenerated.extend(self.freshness.regenerate(stale, loaded)?);
+                    registry = self.registry();
+                    // A regenerated spec that no longer has a requested device is reported by resolution.
+                    registry.refresh();
+                }
+            }
             self.collect_edits(&registry, &names, &source, &oci, &mut outcome)?
         };
         if outcome.injected.is_empty() {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
         }
-        let hook_path =
-            crate::mount_hook::hook_path_for_nvidia(&edits.hooks, self.regen_config.hook_path.as_deref());
+        let hook_path = crate::mount_hook::hook_path_for_nvidia(&edits.hooks, self.hook_path.as_deref());
         outcome.nvidia_hooks =
             crate::mount_hook::translate_nvidia_hooks(&mut edits.hooks, &hook_path, &|p| {
                 Path::new(p).exists()
@@ -312,146 +302,10 @@ impl Injector {
         Ok(outcome)
     }
 
-    /// The loaded driver's version, read as cdi-gen reads it (the kernel module's `version` under
-    /// the sys root, else the NVRM line under the proc root), so both agree on what is stale.
-    fn loaded_driver_version(&self) -> Option<String> {
-        let (sys, proc) = (&self.regen_config.sys_root, &self.regen_config.proc_root);
-        nvinject_cdi_gen::devices::read_driver_version(sys, proc).ok().map(|(version, _)| version)
-    }
-
-    /// Generates `[regenerate] spec-path` when it is configured and missing (a node whose
-    /// `/var/run/cdi` was emptied by a reboot). Returns it when generated.
-    fn create_missing(&self, registry: &mut Registry) -> Result<Vec<PathBuf>, InjectError> {
-        let (Some(regenerator), Some(path)) = (&self.regenerator, &self.regen_config.spec_path) else {
-            return Ok(Vec::new());
-        };
-        if path.exists() {
-            return Ok(Vec::new());
-        }
-        let loaded = self.loaded_driver_version().unwrap_or_default();
-        let fail = |message: String| InjectError::Regenerate {
-            path: path.clone(),
-            stale: "(missing)".into(),
-            loaded: loaded.clone(),
-            message,
-        };
-        let _lock = SpecLock::acquire(&self.regen_config, path).map_err(|e| fail(e.to_string()))?;
-        if path.exists() {
-            registry.refresh();
-            return Ok(Vec::new());
-        }
-        let request = RegenerateRequest {
-            spec_path: path.clone(),
-            kind: self.policy.default_kind.to_string(),
-            driver_root: self.regen_config.driver_root.clone(),
-            dev_root: self.regen_config.dev_root.clone(),
-            nvml_lib: self.regen_config.nvml_lib.clone(),
-            hook_path: self.regen_config.hook_path.clone(),
-            stale_version: String::new(),
-            loaded_version: loaded.clone(),
-        };
-        regenerator.regenerate(&request).map_err(fail)?;
-        tracing::info!(spec = %path.display(), "generated missing CDI spec");
-        registry.refresh();
-        Ok(vec![path.clone()])
-    }
-
-    /// Regenerates, under a lock, every nvinject spec that a requested device lives in and whose
-    /// recorded driver version is not the loaded one. Returns the files regenerated.
-    fn refresh_stale(
-        &self,
-        registry: &mut Registry,
-        names: &[QualifiedName],
-    ) -> Result<Vec<PathBuf>, InjectError> {
-        let Some(loaded) = self.loaded_driver_version() else {
-            // No driver module information: nothing to compare with.
-            return Ok(Vec::new());
-        };
-        // The specs the requested devices come from; for a device no spec has (yet), every spec
-        // of its kind: a regenerated spec may have it (a GPU added with the new driver).
-        let mut candidates: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut stale: Vec<(PathBuf, Spec)> = Vec::new();
-        for name in names {
-            match registry.resolve(name) {
-                Ok(r) => {
-                    if candidates.insert(r.path.to_owned()) && spec_is_stale(r.spec, &loaded) {
-                        stale.push((r.path.to_owned(), r.spec.clone()));
-                    }
-                }
-                Err(ResolveError::UnknownDevice { files, .. }) => {
-                    for file in files {
-                        if candidates.insert(file.clone())
-                            && let Ok(spec) = nvinject_cdi::load_file(&file)
-                            && spec_is_stale(&spec, &loaded)
-                        {
-                            stale.push((file, spec));
-                        }
-                    }
-                }
-                Err(_) => {}
-            }
-        }
-        if stale.is_empty() {
-            return Ok(Vec::new());
-        }
-        let Some(regenerator) = &self.regenerator else {
-            for (path, spec) in &stale {
-                tracing::warn!(spec = %path.display(), recorded = spec.annotations.get(ANNOTATION_DRIVER_VERSION).map(String::as_str),
-                    loaded = %loaded, "CDI spec is stale and [regenerate] is disabled; using it as it is");
-            }
-            return Ok(Vec::new());
-        };
-        let mut done = Vec::new();
-        for (path, spec) in stale {
-            let recorded = spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned().unwrap_or_default();
-            let request = RegenerateRequest {
-                spec_path: path.clone(),
-                kind: spec.kind.to_string(),
-                driver_root: spec
-                    .annotations
-                    .get(ANNOTATION_DRIVER_ROOT)
-                    .map(PathBuf::from)
-                    .or(self.regen_config.driver_root.clone()),
-                dev_root: spec
-                    .annotations
-                    .get(ANNOTATION_DEV_ROOT)
-                    .map(PathBuf::from)
-                    .or(self.regen_config.dev_root.clone()),
-                nvml_lib: self.regen_config.nvml_lib.clone(),
-                hook_path: self
-                    .regen_config
-                    .hook_path
-                    .clone()
-                    .or_else(|| crate::regenerate::hook_path_of(&spec)),
-                stale_version: recorded.clone(),
-                loaded_version: loaded.clone(),
-            };
-            let fail = |message: String| InjectError::Regenerate {
-                path: path.clone(),
-                stale: recorded.clone(),
-                loaded: loaded.clone(),
-                message,
-            };
-            // One regeneration per node at a time: every proxy on the node may find the same stale
-            // spec at once. Whoever gets the lock second re-reads the file and finds it fresh.
-            let _lock = SpecLock::acquire(&self.regen_config, &path).map_err(|e| fail(e.to_string()))?;
-            let still_stale =
-                nvinject_cdi::load_file(&path).map(|s| spec_is_stale(&s, &loaded)).unwrap_or(true);
-            if still_stale {
-                regenerator.regenerate(&request).map_err(fail)?;
-                tracing::info!(spec = %path.display(), from = %recorded, to = %loaded, "regenerated stale CDI spec");
-                if nvinject_cdi::load_file(&path).is_ok_and(|s| spec_is_stale(&s, &loaded)) {
-                    // NVML and the kernel module disagree about the version (a half-finished
-                    // driver upgrade): the fresh spec is the best there is; say so.
-                    tracing::warn!(spec = %path.display(), loaded = %loaded,
-                        "the regenerated spec still records another driver version than the loaded module's");
-                }
-                done.push(path);
-            }
-        }
-        // A regenerated spec that no longer has a requested device is reported by resolution.
-        registry.refresh();
-        Ok(done)
+    /// The spec registry, shared by this proxy's Creates (a panic in another Create leaves it
+    /// usable: it is refreshed before every use).
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Resolves every requested device and gathers the edits to apply: each spec's common edits
@@ -491,7 +345,7 @@ impl Injector {
                 .annotations
                 .get(ANNOTATION_DEV_ROOT)
                 .map(PathBuf::from)
-                .or_else(|| self.regen_config.dev_root.clone());
+                .or_else(|| self.dev_root.clone());
             nvinject_cdi::fill::fill_from_host(
                 &mut edits.device_nodes[first_new..],
                 resolved.path,
@@ -554,137 +408,16 @@ fn micros(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
-/// A spec is stale when nvinject wrote it for another driver version. Specs without the
-/// annotation (hand-written, other vendors) are never stale.
-pub fn spec_is_stale(spec: &Spec, loaded: &str) -> bool {
-    spec.annotations.get(ANNOTATION_DRIVER_VERSION).is_some_and(|v| v != loaded)
-}
-
-/// An exclusive `flock` on `<lock-dir>/<spec path, `/` as `_`>.lock`, released when dropped.
-///
-/// The file is 0600 in a 0700 directory owned by us (modes set with fchmod, so the umask does not
-/// matter) so no other user can open it, let alone hold it; a symlink or non-regular file at its
-/// path is refused; and the wait is bounded so a held lock fails the Create instead of hanging it.
-struct SpecLock {
-    _lock: nvinject_fsio::lock::FileLock,
-}
-
-/// The spec lock could not be taken.
-#[derive(Debug, thiserror::Error)]
-#[error("spec lock {}: {message}", path.display())]
-struct LockError {
-    path: PathBuf,
-    message: String,
-}
-
-impl SpecLock {
-    fn acquire(config: &RegenerateConfig, spec: &Path) -> Result<SpecLock, LockError> {
-        use nvinject_fsio::lock::LockError as Refused;
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-        let dir = &config.lock_dir;
-        let name = format!("{}.lock", spec.to_string_lossy().trim_start_matches('/').replace('/', "_"));
-        let path = dir.join(name);
-        let err = |p: &Path, message: String| LockError { path: p.to_path_buf(), message };
-        if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-            return Err(err(dir, format!("cannot create the lock directory: {e}")));
-        }
-        let meta = fs::symlink_metadata(dir).map_err(|e| err(dir, e.to_string()))?;
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        if !meta.is_dir() || meta.uid() != euid {
-            return Err(err(
-                dir,
-                format!(
-                    "the lock directory must be a real directory owned by uid {euid}; remove it or set [regenerate] lock-dir"
-                ),
-            ));
-        }
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| err(dir, e.to_string()))?;
-        let dir_file = fs::File::open(dir).map_err(|e| err(dir, e.to_string()))?;
-        let name = path.file_name().unwrap_or_default();
-        let timeout = std::time::Duration::from_secs(config.lock_timeout_secs);
-        let poll = std::time::Duration::from_millis(20);
-        match nvinject_fsio::lock::acquire(&dir_file, name, timeout, poll, &mut |_| {}) {
-            Ok(lock) => Ok(SpecLock { _lock: lock }),
-            Err(Refused::Symlink) => Err(err(
-                &path,
-                format!(
-                    "cannot open (a symlink is refused): {}; remove it",
-                    std::io::Error::from_raw_os_error(libc::ELOOP)
-                ),
-            )),
-            Err(Refused::Io { step: "open", source }) => {
-                Err(err(&path, format!("cannot open (a symlink is refused): {source}; remove it")))
-            }
-            Err(Refused::NotRegular | Refused::NotOwned { .. }) => {
-                Err(err(&path, "not a regular file owned by us; remove it".into()))
-            }
-            Err(e @ Refused::HardLinked { .. }) => Err(err(&path, format!("{e}; remove it"))),
-            Err(Refused::Io { step: "flock", source }) => Err(err(&path, format!("flock: {source}"))),
-            Err(Refused::Io { source, .. }) => Err(err(&path, source.to_string())),
-            Err(Refused::Held { .. }) => Err(err(
-                &path,
-                format!(
-                    "still held by another process after {} s ([regenerate] lock-timeout-secs); \
-                     find it with `fuser {}` and stop it, then retry",
-                    config.lock_timeout_secs,
-                    path.display()
-                ),
-            )),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::freshness::{
+        GeneratorError, LockDir, ModuleVersion, Regenerate, RegenerateRequest, StderrTail,
+    };
+    use nvinject_cdi::nvinject::ANNOTATION_DRIVER_VERSION;
     use serde_json::json;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn lock_config(dir: &Path, secs: u64) -> RegenerateConfig {
-        RegenerateConfig { lock_dir: dir.join("locks"), lock_timeout_secs: secs, ..Default::default() }
-    }
-
-    #[test]
-    fn the_spec_lock_is_root_only_whatever_the_umask() {
-        let tmp = tempfile::tempdir().unwrap();
-        // SAFETY: umask only changes this process's creation mask; restored below.
-        let old = unsafe { libc::umask(0) };
-        let lock = SpecLock::acquire(&lock_config(tmp.path(), 1), Path::new("/var/run/cdi/x.json"));
-        unsafe { libc::umask(old) };
-        drop(lock.unwrap());
-        let dir = tmp.path().join("locks");
-        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
-        let file = dir.join("var_run_cdi_x.json.lock");
-        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o7777, 0o600);
-    }
-
-    #[test]
-    fn a_symlinked_lock_is_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = lock_config(tmp.path(), 1);
-        fs::create_dir_all(&config.lock_dir).unwrap();
-        let target = tmp.path().join("elsewhere");
-        fs::write(&target, "").unwrap();
-        std::os::unix::fs::symlink(&target, config.lock_dir.join("s.json.lock")).unwrap();
-        let err = SpecLock::acquire(&config, Path::new("/s.json")).err().unwrap();
-        assert!(err.to_string().contains("s.json.lock"), "{err}");
-    }
-
-    #[test]
-    fn a_held_lock_fails_after_the_timeout_naming_the_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = lock_config(tmp.path(), 0);
-        let held = SpecLock::acquire(&config, Path::new("/h.json")).unwrap();
-        let err = SpecLock::acquire(&config, Path::new("/h.json")).err().unwrap();
-        assert!(
-            err.to_string().contains("h.json.lock") && err.to_string().contains("lock-timeout-secs"),
-            "{err}"
-        );
-        drop(held);
-        SpecLock::acquire(&config, Path::new("/h.json")).unwrap();
-    }
 
     fn spec_json(version: &str, gpus: &[(u32, &str)]) -> Value {
         let devices: Vec<Value> = gpus
@@ -727,6 +460,7 @@ mod tests {
             let mut config = Config::default();
             config.cdi.spec_dirs = vec![dir.path().join("cdi")];
             config.regenerate.sys_root = dir.path().join("sys");
+            config.regenerate.lock_dir = dir.path().join("locks");
             Fixture { dir, config }
         }
         fn spec_path(&self) -> PathBuf {
@@ -759,21 +493,35 @@ mod tests {
     }
 
     impl Regenerate for FakeRegen {
-        fn regenerate(&self, request: &RegenerateRequest) -> Result<(), String> {
+        fn regenerate(&self, request: &RegenerateRequest) -> Result<(), GeneratorError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.fail {
-                return Err("NVML not loadable".into());
+                return Err(GeneratorError::Failed {
+                    program: "/opt/nvinject-cdi".into(),
+                    status: std::os::unix::process::ExitStatusExt::from_raw(256),
+                    stderr: StderrTail("NVML not loadable".into()),
+                });
             }
             let spec = spec_json(&request.loaded_version, &[(0, "GPU-aaa"), (1, "GPU-bbb"), (2, "GPU-ccc")]);
             let bytes = serde_json::to_vec(&spec).unwrap();
-            nvinject_fsio::write_atomic(&request.spec_path, &bytes, &WriteOptions::new(0o644))
-                .map_err(|e| e.to_string())
+            nvinject_fsio::write_atomic(&request.spec_path, &bytes, &WriteOptions::new(0o644)).unwrap();
+            Ok(())
         }
     }
 
+    /// The injector over the fixture's roots: the module version file under its sys root, the spec
+    /// locks in its temp dir, and the fake regenerator.
     fn injector(f: &Fixture, fail: bool) -> (Injector, Arc<AtomicUsize>) {
         let calls = Arc::new(AtomicUsize::new(0));
-        (Injector::new(&f.config, Box::new(FakeRegen { calls: calls.clone(), fail })), calls)
+        let edges = Edges {
+            driver: Box::new(ModuleVersion {
+                sys_root: f.config.regenerate.sys_root.clone(),
+                proc_root: f.config.regenerate.proc_root.clone(),
+            }),
+            locks: Box::new(LockDir::new(&f.config.regenerate)),
+            regenerator: Box::new(FakeRegen { calls: calls.clone(), fail }),
+        };
+        (Injector::new(&f.config, edges), calls)
     }
 
     fn oci_with(annotations: Value) -> Value {
@@ -947,6 +695,12 @@ mod tests {
         let e = inj.inject(&f.dir.path().join("nope")).unwrap_err();
         assert_eq!(e.code(), Code::INTERNAL);
         assert!(e.to_string().contains("config.json"));
+        assert!(matches!(e, InjectError::ReadSpec { error: ReadSpecError::Io(_), .. }), "{e:?}");
+        fs::write(f.bundle().join("config.json"), b"{not json").unwrap();
+        let e = inj.inject(&f.bundle()).unwrap_err();
+        assert_eq!(e.code(), Code::INTERNAL);
+        assert!(matches!(e, InjectError::ReadSpec { error: ReadSpecError::Json(_), .. }), "{e:?}");
+        assert!(e.to_string().starts_with("cannot read the container's OCI spec "), "{e}");
         f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=bad name"})));
         assert_eq!(inj.inject(&f.bundle()).unwrap_err().code(), Code::INVALID_ARGUMENT);
     }

@@ -1,52 +1,279 @@
-//! Regenerating a stale spec through the cdi-gen library, with the roots the spec recorded.
+//! The real [`Regenerate`]: runs `nvinject-cdi generate`, the binary the installer and the device
+//! plugin run, with the roots the spec recorded.
+//!
+//! A separate process, so the proxy, which lives as long as its pod, never loads NVML or walks
+//! the driver's files: those stay in a short-lived generator that exits when the spec is written
+//! (atomically, by the generator). The wait is bounded; a generator that hangs is killed and the
+//! Create fails naming it.
 
+use std::ffi::OsString;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use nvinject_cdi::Format;
-use nvinject_cdi::nvinject::DEFAULT_HOOK_PATH;
-use nvinject_cdi_gen::{GenerateOptions, Nvml, Root, generate, write_spec};
 
-use crate::inject::{Regenerate, RegenerateRequest};
+use crate::freshness::{GeneratorError, Regenerate, RegenerateRequest, StderrTail};
 
-/// The real [`Regenerate`]: NVML discovery and an atomic write by `nvinject-cdi-gen`.
+/// How long one regeneration may take before it is killed. A Create waits for it, and kubelet
+/// gives a Create two minutes (`--runtime-request-timeout`): this leaves it time to fail clearly.
+/// NVML discovery on a large node takes seconds.
+pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The stderr kept for a message: its last lines, the generator's error being the last.
+const STDERR_LINES: usize = 5;
+
+/// Runs `program generate ...` for each request.
 #[derive(Debug, Clone)]
-pub struct CdiGenRegenerator {
-    /// Where `devices` and `driver/nvidia-caps/mig-minors` are read.
+pub struct CdiGenCommand {
+    /// The `nvinject-cdi` binary: `[regenerate] generator`, else the one beside the shim.
+    pub program: PathBuf,
+    /// `[regenerate] proc-root`: where the generator reads `devices` and the MIG minors.
     pub proc_root: PathBuf,
-    /// Where `module/nvidia/version` is read.
+    /// `[regenerate] sys-root`: where the generator reads `module/nvidia/version`.
     pub sys_root: PathBuf,
-    /// `regenerate.mps-pipe-dir`: the MPS pipe directory regenerated specs mount, if any.
+    /// `[regenerate] mps-pipe-dir`: the MPS pipe directory regenerated specs mount, if any.
     pub mps_pipe_dir: Option<PathBuf>,
+    /// How long a run may take ([`GENERATE_TIMEOUT`] outside tests).
+    pub timeout: Duration,
 }
 
-impl Regenerate for CdiGenRegenerator {
-    fn regenerate(&self, request: &RegenerateRequest) -> Result<(), String> {
-        let driver_root = request.driver_root.clone().unwrap_or_else(|| PathBuf::from("/"));
-        let dev_root = request.dev_root.clone().unwrap_or_else(|| PathBuf::from("/"));
-        let hook = request.hook_path.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_HOOK_PATH));
-        let mut options = GenerateOptions::new(
-            Root::same(driver_root),
-            Root::same(dev_root),
-            self.proc_root.clone(),
-            self.sys_root.clone(),
-            hook.to_string_lossy().into_owned(),
-        );
-        options.spec.kind = request.kind.parse().map_err(|e| format!("kind {:?}: {e}", request.kind))?;
-        options.nvml_lib = request.nvml_lib.clone();
-        options.mps_pipe_dir = self.mps_pipe_dir.clone().map(Root::same);
-        let spec = generate(&options, &Nvml).map_err(|e| e.to_string())?;
+impl CdiGenCommand {
+    /// The arguments after the program for `request`: every root and choice given explicitly, so
+    /// the spec is the one the generator's library would make from the same request (the
+    /// generator's own defaults never enter).
+    pub fn args(&self, request: &RegenerateRequest) -> Vec<OsString> {
+        // Only warnings and the error on stderr: that is what a failed Create shows.
+        let mut args: Vec<OsString> = vec!["--log-level".into(), "warn".into(), "generate".into()];
         let format = Format::from_path(&request.spec_path).unwrap_or(Format::Yaml);
-        write_spec(&request.spec_path, &spec, format).map_err(|e| e.to_string())?;
+        let mut flag = |name: &str, value: &Path| {
+            args.push(name.into());
+            args.push(value.into());
+        };
+        flag("--driver-root", &request.driver_root);
+        flag("--dev-root", &request.dev_root);
+        flag("--proc-root", &self.proc_root);
+        flag("--sys-root", &self.sys_root);
+        flag("--hook-path", &request.hook_path);
+        if let Some(lib) = &request.nvml_lib {
+            flag("--nvml-lib", lib);
+        }
+        if let Some(dir) = &self.mps_pipe_dir {
+            flag("--mps-pipe-dir", dir);
+        }
+        flag("--output", &request.spec_path);
+        args.extend([
+            "--vendor".into(),
+            request.kind.vendor().into(),
+            "--class".into(),
+            request.kind.class().into(),
+            "--format".into(),
+            format.extension().into(),
+        ]);
+        args
+    }
+}
+
+impl Regenerate for CdiGenCommand {
+    fn regenerate(&self, request: &RegenerateRequest) -> Result<(), GeneratorError> {
+        let started = Instant::now();
+        run(&self.program, &self.args(request), self.timeout)?;
+        tracing::debug!(
+            generator = %self.program.display(),
+            spec = %request.spec_path.display(),
+            ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "generator finished"
+        );
         Ok(())
     }
 }
 
-/// The hook path a spec's hooks use (the first one), to keep it when regenerating.
-pub fn hook_path_of(spec: &nvinject_cdi::Spec) -> Option<PathBuf> {
-    spec.container_edits
-        .hooks
-        .iter()
-        .chain(spec.devices.iter().flat_map(|d| d.container_edits.hooks.iter()))
-        .map(|h| Path::new(&h.path).to_owned())
-        .next()
+/// Runs `program args` to completion within `timeout`, its stderr drained (a full pipe would stall
+/// it) and its last lines kept for the error.
+fn run(program: &Path, args: &[OsString], timeout: Duration) -> Result<(), GeneratorError> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| GeneratorError::Start { program: program.to_owned(), source })?;
+    let stderr = child.stderr.take();
+    let (sender, kept) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut kept, mut buf) = (Vec::new(), [0u8; 4096]);
+        if let Some(mut stderr) = stderr {
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 16 * 1024 {
+                    kept.drain(..kept.len() - 16 * 1024);
+                }
+            }
+        }
+        let _ = sender.send(kept);
+    });
+    let started = Instant::now();
+    // `None`: it ran past the bound and was killed.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(source) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(GeneratorError::Wait { program: program.to_owned(), source });
+            }
+        }
+    };
+    // Bounded too: a process the generator left behind could hold its stderr open.
+    let stderr = tail(&kept.recv_timeout(Duration::from_secs(1)).unwrap_or_default());
+    match status {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => Err(GeneratorError::Failed { program: program.to_owned(), status, stderr }),
+        None => Err(GeneratorError::TimedOut { program: program.to_owned(), after: timeout, stderr }),
+    }
+}
+
+/// The last [`STDERR_LINES`] non-empty lines of `bytes`, joined with ` | `.
+fn tail(bytes: &[u8]) -> StderrTail {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    StderrTail(lines[lines.len().saturating_sub(STDERR_LINES)..].join(" | "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn request(spec: &Path) -> RegenerateRequest {
+        RegenerateRequest {
+            spec_path: spec.to_owned(),
+            kind: "example.com/gpu".parse().unwrap(),
+            driver_root: "/run/nvidia/driver".into(),
+            dev_root: "/".into(),
+            nvml_lib: Some("/run/nvidia/driver/lib/libnvidia-ml.so.1".into()),
+            hook_path: "/opt/nvinject/bin/nvinject-hook".into(),
+            stale_version: "550.54.15".into(),
+            loaded_version: "555.42.02".into(),
+        }
+    }
+
+    /// A generator script in a temp dir, and a command running it.
+    fn generator(script: &str, timeout: Duration) -> (tempfile::TempDir, CdiGenCommand) {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("nvinject-cdi");
+        fs::write(&program, format!("#!/bin/sh\n{script}\n")).unwrap();
+        fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+        let command = CdiGenCommand {
+            program,
+            proc_root: "/host/proc".into(),
+            sys_root: "/host/sys".into(),
+            mps_pipe_dir: Some("/run/nvidia/mps".into()),
+            timeout,
+        };
+        (dir, command)
+    }
+
+    #[test]
+    fn every_choice_is_passed_as_a_flag_of_generate() {
+        let (dir, command) = generator(r#"printf '%s\n' "$@" > "$(dirname "$0")/args""#, GENERATE_TIMEOUT);
+        let spec = dir.path().join("example.com-gpu.json");
+        command.regenerate(&request(&spec)).unwrap();
+        let args = fs::read_to_string(dir.path().join("args")).unwrap();
+        let want = [
+            "--log-level",
+            "warn",
+            "generate",
+            "--driver-root",
+            "/run/nvidia/driver",
+            "--dev-root",
+            "/",
+            "--proc-root",
+            "/host/proc",
+            "--sys-root",
+            "/host/sys",
+            "--hook-path",
+            "/opt/nvinject/bin/nvinject-hook",
+            "--nvml-lib",
+            "/run/nvidia/driver/lib/libnvidia-ml.so.1",
+            "--mps-pipe-dir",
+            "/run/nvidia/mps",
+            "--output",
+            &spec.display().to_string(),
+            "--vendor",
+            "example.com",
+            "--class",
+            "gpu",
+            "--format",
+            "json",
+        ];
+        assert_eq!(args.lines().collect::<Vec<_>>(), want);
+        // A .yaml spec (or one with no known extension) is written as YAML.
+        let yaml = command.args(&request(Path::new("/etc/cdi/x.yaml")));
+        assert_eq!(yaml[yaml.len() - 2..], ["--format".into(), OsString::from("yaml")]);
+    }
+
+    #[test]
+    fn a_failing_generator_is_named_with_its_exit_and_last_stderr_lines() {
+        let (_dir, command) = generator(
+            "for i in 1 2 3 4 5 6; do echo \"noise $i\" >&2; done\necho 'nvinject-cdi: error: NVML not loadable' >&2\nexit 3",
+            GENERATE_TIMEOUT,
+        );
+        let e = command.regenerate(&request(Path::new("/x.json"))).unwrap_err();
+        assert!(matches!(e, GeneratorError::Failed { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} generate failed (exit status: 3); stderr: noise 3 | noise 4 | noise 5 | noise 6 | nvinject-cdi: error: NVML not loadable",
+                command.program.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_hanging_generator_is_killed_at_the_bound() {
+        let (_dir, command) = generator("echo starting >&2\nexec sleep 600", Duration::from_millis(200));
+        let e = command.regenerate(&request(Path::new("/x.json"))).unwrap_err();
+        assert!(matches!(e, GeneratorError::TimedOut { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&command.program.display().to_string())
+                && text.contains("was killed")
+                && text.ends_with("stderr: starting"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_generator_says_where_it_was_looked_for_and_what_to_do() {
+        let command = CdiGenCommand {
+            program: "/nonexistent/nvinject-cdi".into(),
+            proc_root: "/proc".into(),
+            sys_root: "/sys".into(),
+            mps_pipe_dir: None,
+            timeout: GENERATE_TIMEOUT,
+        };
+        let e = command.regenerate(&request(Path::new("/x.json"))).unwrap_err();
+        assert!(matches!(e, GeneratorError::Start { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("/nonexistent/nvinject-cdi") && text.contains("[regenerate] generator"),
+            "{text}"
+        );
+        // A quiet failure still reads as a sentence.
+        let (_dir, quiet) = generator("exit 1", GENERATE_TIMEOUT);
+        let text = quiet.regenerate(&request(Path::new("/x.json"))).unwrap_err().to_string();
+        assert!(text.ends_with("(exit status: 1); nothing on stderr"), "{text}");
+    }
 }

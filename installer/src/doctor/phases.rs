@@ -69,7 +69,7 @@ pub fn spec(facts: &SpecFacts, driver: Option<&DriverFacts>) -> Line {
     };
     let annotation = |key: &str| spec["annotations"][key].as_str().map(str::to_owned);
     let devices = spec["devices"].as_array().map_or(0, Vec::len);
-    let spec_driver = annotation(nvinject_cdi_gen::build::ANNOTATION_DRIVER_VERSION);
+    let spec_driver = annotation(nvinject_cdi::nvinject::ANNOTATION_DRIVER_VERSION);
     if let (Some(module), Some(spec_driver)) = (module, &spec_driver)
         && module != spec_driver
     {
@@ -81,8 +81,7 @@ pub fn spec(facts: &SpecFacts, driver: Option<&DriverFacts>) -> Line {
     }
     if let Some(inv) = inventory {
         let digest = nvinject_cdi_gen::inventory_digest(inv);
-        if annotation(nvinject_cdi_gen::build::ANNOTATION_INVENTORY_DIGEST).as_deref()
-            != Some(digest.as_str())
+        if annotation(nvinject_cdi::nvinject::ANNOTATION_INVENTORY_DIGEST).as_deref() != Some(digest.as_str())
         {
             return Line::fail(
                 phase,

@@ -190,9 +190,8 @@ pub fn resolve(
     // parsed here, and a test pins that it parses.
     let cdi_kind = match pick(&overrides.cdi_kind, &plugin.cdi_kind) {
         Some(kind) => kind,
-        None => {
-            parse_cdi_kind(nvinject_gpu::naming::DEFAULT_KIND).map_err(|m| err("flags.plugin.cdiKind", m))?
-        }
+        None => parse_cdi_kind(nvinject_cdi::nvinject::DEFAULT_KIND)
+            .map_err(|m| err("flags.plugin.cdiKind", m))?,
     };
 
     let kubelet_socket = pick(&overrides.kubelet_socket, &plugin.kubelet_socket)

@@ -52,7 +52,7 @@ pub struct CdiConfig {
 /// NVIDIA's kind, what an unset `default-kind` means.
 fn nvidia_gpu() -> Kind {
     // A literal that the tests parse: this cannot fail at run time.
-    Kind::new("nvidia.com", "gpu").expect("nvidia.com/gpu is a valid CDI kind")
+    nvinject_cdi::nvinject::default_kind()
 }
 
 impl Default for CdiConfig {
@@ -162,6 +162,9 @@ pub struct RegenerateConfig {
     pub lock_dir: PathBuf,
     /// Seconds a Create waits for the spec lock before it fails naming the lock file.
     pub lock_timeout_secs: u64,
+    /// The `nvinject-cdi` binary that regenerates specs (run as a child process, so the proxy
+    /// never loads NVML); default: `nvinject-cdi` beside the shim's own executable.
+    pub generator: Option<PathBuf>,
 }
 
 impl Default for RegenerateConfig {
@@ -178,6 +181,7 @@ impl Default for RegenerateConfig {
             spec_path: None,
             lock_dir: PathBuf::from("/run/nvinject/locks"),
             lock_timeout_secs: 10,
+            generator: None,
         }
     }
 }
@@ -378,6 +382,7 @@ mod tests {
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
             lock-dir = "/run/x/locks"
             lock-timeout-secs = 3
+            generator = "/opt/nvinject/bin/nvinject-cdi"
             "#,
         )
         .unwrap();
@@ -391,6 +396,8 @@ mod tests {
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
         assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
         assert_eq!(c.regenerate.lock_timeout_secs, 3);
+        assert_eq!(c.regenerate.generator.as_deref(), Some(Path::new("/opt/nvinject/bin/nvinject-cdi")));
+        assert_eq!(Config::default().regenerate.generator, None, "beside the shim unless configured");
         assert_eq!(c.regenerate.mps_pipe_dir.as_deref(), Some(Path::new("/run/nvidia/mps")));
         assert_eq!(Config::default().regenerate.mps_pipe_dir, None, "no MPS unless configured");
     }

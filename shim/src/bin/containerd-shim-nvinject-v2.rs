@@ -18,8 +18,9 @@ use clap::Parser;
 use nvinject_shim::address::ShimAddress;
 use nvinject_shim::config::Config;
 use nvinject_shim::config::RuntimeConfig;
+use nvinject_shim::freshness::{Edges, LockDir, ModuleVersion};
 use nvinject_shim::inject::Injector;
-use nvinject_shim::regenerate::CdiGenRegenerator;
+use nvinject_shim::regenerate::{CdiGenCommand, GENERATE_TIMEOUT};
 use nvinject_shim::start::{self, StartOutcome, StartRequest};
 use nvinject_shim::{daemon, inner};
 
@@ -167,18 +168,37 @@ fn proxy(
     let own = ShimAddress::parse(&args.listen)?;
     let inner = ShimAddress::parse(&args.inner)?;
     let config = config?;
-    let regenerator = CdiGenRegenerator {
-        proc_root: config.regenerate.proc_root.clone(),
-        sys_root: config.regenerate.sys_root.clone(),
-        mps_pipe_dir: config.regenerate.mps_pipe_dir.clone(),
+    let regen = &config.regenerate;
+    let edges = Edges {
+        driver: Box::new(ModuleVersion {
+            sys_root: regen.sys_root.clone(),
+            proc_root: regen.proc_root.clone(),
+        }),
+        locks: Box::new(LockDir::new(regen)),
+        regenerator: Box::new(CdiGenCommand {
+            program: regen.generator.clone().unwrap_or_else(default_generator),
+            proc_root: regen.proc_root.clone(),
+            sys_root: regen.sys_root.clone(),
+            mps_pipe_dir: regen.mps_pipe_dir.clone(),
+            timeout: GENERATE_TIMEOUT,
+        }),
     };
-    let gate = Injector::new(&config, Box::new(regenerator));
+    let gate = Injector::new(&config, edges);
     tracing::debug!(
         init_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
         "proxy initialised"
     );
     daemon::run(listener, own, inner, Arc::new(gate))?;
     Ok(())
+}
+
+/// `nvinject-cdi` beside this executable, where the installer puts both; else a `PATH` lookup.
+fn default_generator() -> PathBuf {
+    let exe = std::env::current_exe().ok();
+    match exe.as_deref().and_then(Path::parent) {
+        Some(dir) => dir.join("nvinject-cdi"),
+        None => PathBuf::from("nvinject-cdi"),
+    }
 }
 
 /// Fails unless `fd` is an open socket (the proxy must not adopt some other descriptor).
