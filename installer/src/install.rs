@@ -32,7 +32,9 @@ pub const SHIM_BINARY: &str = "containerd-shim-nvinject-v2";
 pub const BINARIES: &[(&str, bool)] = &[
     (SHIM_BINARY, true),
     (nvinject_cdi::nvinject::HOOK_PROGRAM, true),
-    ("nvinject-cdi", false),
+    // The shim regenerates a stale or missing spec by running it (beside itself), so a node
+    // without it could not heal after a driver upgrade.
+    ("nvinject-cdi", true),
     ("nvinject-device-plugin", false),
     ("nvinject-installer", false),
 ];
