@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use nvinject_fsio::root::{EntryType, Root};
 
-use crate::LdCacheError;
+use crate::error::LdCacheError;
 use crate::format::{FLAG_ELF_LIBC5, FLAG_ELF_LIBC6};
 
 /// Limits for hostile images.

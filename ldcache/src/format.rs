@@ -11,7 +11,7 @@
 //! The loader binary-searches the entries with [`libcmp`], so the writer keeps ldconfig's order:
 //! keys descending under `libcmp`, then flags descending, then the order entries were found.
 
-use crate::LdCacheError;
+use crate::error::LdCacheError;
 
 const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
 const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";

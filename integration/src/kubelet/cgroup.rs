@@ -6,7 +6,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::KubeletError;
+use super::error::KubeletError;
 use crate::namespace::{cgroup_mounts, dirs_deepest_first};
 
 /// A cgroup of the same name in each hierarchy.

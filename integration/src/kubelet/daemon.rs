@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::KubeletError;
+use super::error::KubeletError;
 
 /// A started daemon. Dropping it stops it (a test that panics still cleans up).
 #[derive(Debug)]
@@ -104,6 +104,22 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
+    }
+}
+
+// Beside `Daemon` rather than with the error, so that the error module needs nothing of this one.
+impl KubeletError {
+    /// Appends the end of `daemon`'s log, unless the error already carries it.
+    pub fn with_log(self, daemon: &Daemon) -> Self {
+        match self {
+            e @ KubeletError::Exited { .. } => e,
+            e => e.with_context(format!(
+                "{} log ({}):\n{}",
+                daemon.name(),
+                daemon.log().display(),
+                daemon.log_tail(25)
+            )),
+        }
     }
 }
 

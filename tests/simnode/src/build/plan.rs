@@ -10,9 +10,9 @@ use crate::elf::{Machine, shared_object};
 use crate::embed;
 use crate::mig;
 
-use super::Layout;
 use super::devices::{self, Majors};
 use super::driver::{self, NVML_STEM, SonameKind};
+use super::layout::Layout;
 use super::procfs;
 
 /// One thing to create.
