@@ -1,7 +1,7 @@
 //! Property tests for the plugin config loader: arbitrary YAML/JSON-ish text never panics, and
 //! every refusal names the file (and, for a field error, the field); the plugin accepts exactly
-//! the CDI kinds the shim accepts (`nvinject_cdi::Kind`). Fixed case counts, no failure files, so
-//! CI time is bounded.
+//! the CDI kinds the shim accepts (its config loader, `nvinject_shim_config`, and
+//! `nvinject_cdi::Kind`). Fixed case counts, no failure files, so CI time is bounded.
 
 use std::path::Path;
 
@@ -176,9 +176,22 @@ fn plugin_kind(kind: &str) -> Result<String, String> {
     from_file
 }
 
-/// The shim's rule: what `nvinject_cdi::Kind` makes of the same text.
+/// The shim's rule: what the shim's own config loader (`[cdi] default-kind` in
+/// /etc/nvinject/config.toml) makes of the same text, checked against `nvinject_cdi::Kind`.
 fn shim_kind(kind: &str) -> Result<String, String> {
-    kind.parse::<Kind>().map(|k| k.to_string()).map_err(|e| e.to_string())
+    let quoted = kind.replace('\\', "\\\\").replace('"', "\\\"");
+    let text = format!("[cdi]\ndefault-kind = \"{quoted}\"\n");
+    let from_config =
+        nvinject_shim_config::Config::parse(&text, std::path::Path::new("/etc/nvinject/config.toml"))
+            .map(|c| c.cdi.default_kind.to_string())
+            .map_err(|e| e.to_string());
+    let from_kind = kind.parse::<Kind>().map(|k| k.to_string()).map_err(|e| e.to_string());
+    assert_eq!(
+        from_config.is_ok(),
+        from_kind.is_ok(),
+        "shim config and Kind disagree on {kind:?}: {from_config:?}"
+    );
+    from_kind
 }
 
 /// Kind-like text: vendor and class from CDI's characters and a few others, short or around
