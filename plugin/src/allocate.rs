@@ -129,7 +129,8 @@ pub fn allocate(
             DeviceIdStrategy::Index => t.index_name.as_str(),
         })
         .collect();
-    let cdi_names: Vec<&str> = targets.iter().map(|t| t.cdi_name.as_str()).collect();
+    // Sent as text: the kubelet and annotations carry CDI names as strings.
+    let cdi_names: Vec<String> = targets.iter().map(|t| t.cdi_name.to_string()).collect();
 
     let mut out = ContainerAllocation::default();
     let strategies = &settings.device_list_strategies;
@@ -150,7 +151,7 @@ pub fn allocate(
                 out.annotations
                     .insert(annotation_key(&settings.cdi_annotation_prefix, ids), cdi_names.join(","));
             }
-            DeviceListStrategy::CdiCri => out.cdi_devices.extend(cdi_names.iter().map(|n| n.to_string())),
+            DeviceListStrategy::CdiCri => out.cdi_devices.extend(cdi_names.iter().cloned()),
         }
     }
     if !strategies.iter().any(|s| matches!(s, DeviceListStrategy::Envvar | DeviceListStrategy::VolumeMounts))

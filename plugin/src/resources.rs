@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use nvinject_cdi::{Kind, NameError};
+use nvinject_cdi::{Kind, NameError, QualifiedName};
 use nvinject_cdi_gen::qualified_name;
 use nvinject_gpu::{DeviceRef, Gpu, Inventory, MigProfile, NamingStrategy, TopologyLevel};
 
@@ -89,7 +89,7 @@ pub struct Target {
     /// Index name (`0`, `0:1`), for `device-id-strategy index`.
     pub index_name: String,
     /// Qualified CDI name, `nvidia.com/gpu=GPU-...` (uuid naming, as the contract says).
-    pub cdi_name: String,
+    pub cdi_name: QualifiedName,
     /// NUMA node of the physical GPU.
     pub numa_node: Option<u32>,
     /// Device nodes specific to this device (container paths); empty when DeviceSpecs are off.
@@ -408,7 +408,7 @@ fn target(d: DeviceRef<'_>, kind: &Kind, want_nodes: bool, facts: &HostFacts) ->
         gpu_index: g.index,
         mig,
         index_name: d.name(NamingStrategy::Index),
-        cdi_name: qualified_name(kind, d, NamingStrategy::Uuid)?.to_string(),
+        cdi_name: qualified_name(kind, d, NamingStrategy::Uuid)?,
         numa_node: g.numa_node,
         device_nodes,
     })
@@ -546,7 +546,10 @@ pub(crate) mod tests {
         assert_eq!(names(&p), vec![("nvidia.com/gpu".to_string(), 2)]);
         let r = &p.resources[0];
         assert_eq!(r.devices[0].id, "GPU-00000000-0000-0000-0000-000000000000");
-        assert_eq!(r.targets[0].cdi_name, "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000");
+        assert_eq!(
+            r.targets[0].cdi_name.to_string(),
+            "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000"
+        );
         assert_eq!(r.targets[1].numa_node, Some(1));
         assert_eq!(r.socket_name(), "nvinject-gpu.sock");
         assert!(p.warnings.is_empty());
@@ -576,7 +579,7 @@ pub(crate) mod tests {
         let t = small.target_of(&small.devices[2]);
         assert_eq!(t.index_name, "1:0");
         assert_eq!(t.gpu_uuid, "GPU-10000000-0000-0000-0000-000000000000");
-        assert_eq!(t.cdi_name, format!("nvidia.com/gpu={}", t.uuid));
+        assert_eq!(t.cdi_name.to_string(), format!("nvidia.com/gpu={}", t.uuid));
         assert_eq!(t.mig.as_ref().unwrap().gpu_instance_id, 7);
         assert_eq!(small.socket_name(), "nvinject-mig-1g.10gb.sock");
     }

@@ -129,7 +129,6 @@ pub struct Settings {
     /// Key prefix of the CDI annotation.
     pub cdi_annotation_prefix: String,
     /// CDI kind of the device names.
-    #[serde(serialize_with = "serialize_kind")]
     pub cdi_kind: Kind,
     /// The kubelet's registration socket; plugin sockets go in the same directory.
     pub kubelet_socket: PathBuf,
@@ -157,9 +156,4 @@ impl Settings {
 pub fn parse_cdi_kind(s: &str) -> Result<Kind, String> {
     s.parse::<Kind>()
         .map_err(|e| format!("`{s}` is not a CDI kind: write vendor/class, e.g. nvidia.com/gpu ({e})"))
-}
-
-/// `--print-config` and the start-up log show the kind as its text.
-fn serialize_kind<S: serde::Serializer>(kind: &Kind, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(kind)
 }

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use nvinject_cdi::Kind;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 /// Where the configuration lives unless `NVINJECT_CONFIG` or `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvinject/config.toml";
@@ -43,31 +43,19 @@ pub struct CdiConfig {
     /// Spec directories, lowest priority first (a later directory wins for the same device).
     pub spec_dirs: Vec<PathBuf>,
     /// Kind given to bare device ids (`1`, `GPU-...`) in requests.
-    #[serde(serialize_with = "kind_text")]
     pub default_kind: Kind,
     /// Annotation key prefixes whose values are CDI device requests.
     pub annotation_prefixes: Vec<String>,
-}
-
-/// NVIDIA's kind, what an unset `default-kind` means.
-fn nvidia_gpu() -> Kind {
-    // A literal that the tests parse: this cannot fail at run time.
-    nvinject_cdi::nvinject::default_kind()
 }
 
 impl Default for CdiConfig {
     fn default() -> Self {
         CdiConfig {
             spec_dirs: nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect(),
-            default_kind: nvidia_gpu(),
+            default_kind: nvinject_cdi::nvinject::default_kind(),
             annotation_prefixes: vec!["cdi.k8s.io/".to_owned()],
         }
     }
-}
-
-// The file holds a kind as its `vendor/class` text.
-fn kind_text<S: Serializer>(kind: &Kind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(kind.as_str())
 }
 
 /// `[requests]`. Both keys default to false (the derived `Default`): neither request form is
