@@ -305,6 +305,18 @@ fn a_missing_required_binary_is_named() {
     assert!(err.to_string().contains("nvinject-hook"));
 }
 
+/// The shim runs `nvinject-cdi` (beside itself) to regenerate a stale spec: a node without it
+/// could not heal after a driver upgrade, so the install refuses.
+#[test]
+fn a_missing_generator_is_named() {
+    let host = Host::new(Some(DEBIAN_CONFIG), true);
+    fs::remove_file(host.dir.path().join("src/nvinject-cdi")).unwrap();
+    let edges = Edges::new("1.7.20");
+    let err = edges.installer(host.settings()).install().unwrap_err();
+    assert!(matches!(err, Error::MissingBinary { .. }), "{err}");
+    assert!(err.to_string().contains("nvinject-cdi"));
+}
+
 #[test]
 fn another_installer_holding_the_lock_is_named() {
     let host = Host::new(Some(DEBIAN_CONFIG), true);

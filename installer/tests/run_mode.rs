@@ -74,6 +74,7 @@ fn run_retries_until_installed_reports_ready_and_uninstalls_on_sigterm() {
     fs::create_dir_all(&src).unwrap();
     // The hook is missing at first: the install fails and `run` retries.
     fs::write(src.join("containerd-shim-nvinject-v2"), "#!/bin/sh\n").unwrap();
+    fs::write(src.join("nvinject-cdi"), "#!/bin/sh\n").unwrap();
     let original = tree(&host);
     let ready = dir.path().join("ready");
 

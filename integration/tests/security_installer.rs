@@ -34,6 +34,7 @@ fn image_bin(t: &Path) -> PathBuf {
         ("nvinject-installer", "nvinject-installer"),
         ("nvinject-shim", "containerd-shim-nvinject-v2"),
         ("nvinject-shim", "nvinject-hook"),
+        ("nvinject-cdi-gen", "nvinject-cdi"),
     ] {
         fs::copy(artifact(package, file), dir.join(file)).unwrap();
     }
