@@ -9,6 +9,7 @@
 //! `nvinject-gpu`, and never leaves a partially written spec file.
 
 pub mod build;
+pub mod cli;
 pub mod devices;
 pub mod driver;
 pub mod generate;

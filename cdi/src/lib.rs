@@ -12,7 +12,8 @@
 //! device-node fields a spec may leave out (`type`, `major`, `minor`, `fileMode`) from the host device
 //! file, before applying, as the CDI reference library does; and [`nvinject::read_driver_version`],
 //! the kernel module's version file (never NVML), so a reader can tell a stale spec without linking
-//! the generator.
+//! the generator. It starts one process: [`nvinject::run_generator`] runs `nvinject-cdi generate`
+//! for a reader that regenerates a stale spec, so readers run the generator instead of linking it.
 
 pub mod apply;
 pub mod codec;

@@ -9,7 +9,9 @@
 //!   [`ANNOTATION_DRIVER_VERSION`] is compared with to tell a stale spec;
 //! - the `nvinject-hook` command lines, as a type ([`HookInvocation`]) with [`HookInvocation::to_args`]
 //!   and [`HookInvocation::parse`]: cdi-gen writes the spec's runs with it, the shim reads them,
-//!   merges them and translates NVIDIA's hooks through it, and a flag is named once ([`Flag`]).
+//!   merges them and translates NVIDIA's hooks through it, and a flag is named once ([`Flag`]);
+//! - the `nvinject-cdi generate` command line the shim and the device plugin run to regenerate a
+//!   spec ([`GenerateInvocation`]) and its bounded run ([`run_generator`], [`GeneratorError`]).
 //!
 //! The hook binary itself (`shim/hook`) parses its command line with clap and, to stay small and
 //! static, does not link this crate; a test there feeds [`HookInvocation::to_args`] to its real
@@ -21,8 +23,10 @@ use std::str::FromStr;
 use crate::name::Kind;
 
 mod driver_version;
+pub mod generate;
 
 pub use driver_version::{parse_nvrm_version, read_driver_version};
+pub use generate::{GenerateInvocation, GeneratorError, StderrTail, run_generator};
 
 /// Annotation: the driver version the spec was made for (compared with
 /// `<sys>/module/nvidia/version` to tell a stale spec).

@@ -19,11 +19,11 @@
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nvinject_cdi::nvinject::ANNOTATION_DRIVER_VERSION;
+use nvinject_cdi::Format;
+use nvinject_cdi::nvinject::{ANNOTATION_DRIVER_VERSION, GenerateInvocation, GeneratorError, run_generator};
 
 /// How long one regeneration may take before it is killed and the check fails.
 pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -100,7 +100,8 @@ pub struct SpecFreshness {
     last: Mutex<Option<Seen>>,
 }
 
-/// `nvinject-cdi generate`'s arguments for a spec at `spec` over these roots, in JSON.
+/// `nvinject-cdi generate`'s arguments for a spec at `spec` over these roots, in JSON, of the
+/// default kind, through the generator's one command-line type.
 pub fn generate_args(
     spec: &Path,
     driver_root: &Path,
@@ -109,20 +110,21 @@ pub fn generate_args(
     sys_root: &Path,
     hook: &Path,
 ) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["generate".into()];
-    for (flag, value) in [
-        ("--driver-root", driver_root),
-        ("--dev-root", dev_root),
-        ("--proc-root", proc_root),
-        ("--sys-root", sys_root),
-        ("--hook-path", hook),
-        ("--output", spec),
-    ] {
-        args.push(flag.into());
-        args.push(value.into());
+    GenerateInvocation {
+        log_level: None,
+        driver_root: driver_root.to_owned(),
+        driver_root_ctr_path: None,
+        dev_root: dev_root.to_owned(),
+        proc_root: proc_root.to_owned(),
+        sys_root: sys_root.to_owned(),
+        hook_path: hook.to_owned(),
+        nvml_lib: None,
+        mps_pipe_dir: None,
+        output: spec.to_owned(),
+        kind: None,
+        format: Format::Json,
     }
-    args.extend(["--format".into(), "json".into()]);
-    args
+    .to_args()
 }
 
 impl SpecFreshness {
@@ -211,50 +213,14 @@ impl SpecFreshness {
     }
 
     /// Runs the generator to completion (bounded by [`GENERATE_TIMEOUT`]); `Err` carries the
-    /// reason and the tail of its stderr.
+    /// reason and the tail of its stderr, in this plugin's words.
     fn run_generator(&self) -> Result<(), String> {
-        use std::io::Read;
-        let mut child = Command::new(&self.program)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start it: {e}"))?;
-        // Drained to the end (a full pipe would stall it), keeping only the last 16 KiB.
-        let mut stderr = child.stderr.take().ok_or("no stderr pipe")?;
-        let reader = std::thread::spawn(move || {
-            let (mut kept, mut buf) = (Vec::new(), [0u8; 4096]);
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 16 * 1024 {
-                    kept.drain(..kept.len() - 16 * 1024);
-                }
-            }
-            kept
-        });
-        let started = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if started.elapsed() > GENERATE_TIMEOUT => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("timed out after {} s", GENERATE_TIMEOUT.as_secs()));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(format!("cannot wait for it: {e}")),
-            }
-        };
-        let text = String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned();
-        if status.success() {
-            return Ok(());
-        }
-        let tail: Vec<&str> = text.lines().rev().take(5).collect();
-        Err(format!("{status}: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")))
+        run_generator(&self.program, &self.args, GENERATE_TIMEOUT).map_err(|e| match e {
+            GeneratorError::Start { source, .. } => format!("cannot start it: {source}"),
+            GeneratorError::Wait { source, .. } => format!("cannot wait for it: {source}"),
+            GeneratorError::TimedOut { after, .. } => format!("timed out after {} s", after.as_secs()),
+            GeneratorError::Failed { status, stderr, .. } => format!("{status}: {}", stderr.0),
+        })
     }
 
     /// Checks every `interval` until `stop` is set (the driver-version watch between Allocates).

@@ -12,16 +12,17 @@
 //! The Create pipeline (`crate::inject`) uses this module; this module knows nothing of it.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use nvinject_cdi::nvinject::{
     ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION, DEFAULT_HOOK_PATH,
 };
 use nvinject_cdi::{Kind, QualifiedName, Registry, ResolveError, Spec};
+
+/// The regenerator's error and its stderr tail, owned by the generator's contract in `nvinject_cdi`.
+pub use nvinject_cdi::nvinject::{GeneratorError, StderrTail};
 
 use crate::config::RegenerateConfig;
 
@@ -86,60 +87,6 @@ pub struct RegenerateRequest {
 pub trait Regenerate: Send + Sync {
     /// Writes a fresh spec at `request.spec_path`, atomically.
     fn regenerate(&self, request: &RegenerateRequest) -> Result<(), GeneratorError>;
-}
-
-/// The generator did not write a fresh spec.
-#[derive(Debug, thiserror::Error)]
-pub enum GeneratorError {
-    /// It could not be started (not installed beside the shim, or not executable).
-    #[error(
-        "cannot run {}: {source}; install nvinject-cdi beside the shim or name it in [regenerate] generator",
-        program.display()
-    )]
-    Start {
-        /// The generator binary.
-        program: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// Its exit could not be waited for.
-    #[error("cannot wait for {}: {source}", program.display())]
-    Wait {
-        /// The generator binary.
-        program: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// It ran past the bound and was killed: a Create must not hang on it.
-    #[error("{} generate did not finish within {} s and was killed; {stderr}", program.display(), after.as_secs())]
-    TimedOut {
-        /// The generator binary.
-        program: PathBuf,
-        /// The bound.
-        after: Duration,
-        /// The end of what it wrote on stderr.
-        stderr: StderrTail,
-    },
-    /// It exited with an error.
-    #[error("{} generate failed ({status}); {stderr}", program.display())]
-    Failed {
-        /// The generator binary.
-        program: PathBuf,
-        /// How it exited.
-        status: ExitStatus,
-        /// The end of what it wrote on stderr (its error is the last line).
-        stderr: StderrTail,
-    },
-}
-
-/// The last lines a generator wrote on stderr, for a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StderrTail(pub String);
-
-impl fmt::Display for StderrTail {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() { f.write_str("nothing on stderr") } else { write!(f, "stderr: {}", self.0) }
-    }
 }
 
 /// Why a stale or missing spec was not regenerated.
@@ -464,6 +411,7 @@ mod tests {
     use serde_json::json;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
     use std::sync::{Arc, Mutex};
 
     fn lock_dir(dir: &Path, secs: u64) -> LockDir {

@@ -7,22 +7,18 @@
 //! Create fails naming it.
 
 use std::ffi::OsString;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nvinject_cdi::Format;
+use nvinject_cdi::nvinject::{GenerateInvocation, run_generator};
 
-use crate::freshness::{GeneratorError, Regenerate, RegenerateRequest, StderrTail};
+use crate::freshness::{GeneratorError, Regenerate, RegenerateRequest};
 
 /// How long one regeneration may take before it is killed. A Create waits for it, and kubelet
 /// gives a Create two minutes (`--runtime-request-timeout`): this leaves it time to fail clearly.
 /// NVML discovery on a large node takes seconds.
 pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The stderr kept for a message: its last lines, the generator's error being the last.
-const STDERR_LINES: usize = 5;
 
 /// Runs `program generate ...` for each request.
 #[derive(Debug, Clone)]
@@ -40,45 +36,37 @@ pub struct CdiGenCommand {
 }
 
 impl CdiGenCommand {
-    /// The arguments after the program for `request`: every root and choice given explicitly, so
+    /// The generator's command line for `request`: every root and choice given explicitly, so
     /// the spec is the one the generator's library would make from the same request (the
     /// generator's own defaults never enter).
+    pub fn invocation(&self, request: &RegenerateRequest) -> GenerateInvocation {
+        GenerateInvocation {
+            // Only warnings and the error on stderr: that is what a failed Create shows.
+            log_level: Some("warn".into()),
+            driver_root: request.driver_root.clone(),
+            driver_root_ctr_path: None,
+            dev_root: request.dev_root.clone(),
+            proc_root: self.proc_root.clone(),
+            sys_root: self.sys_root.clone(),
+            hook_path: request.hook_path.clone(),
+            nvml_lib: request.nvml_lib.clone(),
+            mps_pipe_dir: self.mps_pipe_dir.clone(),
+            output: request.spec_path.clone(),
+            kind: Some(request.kind.clone()),
+            format: Format::from_path(&request.spec_path).unwrap_or(Format::Yaml),
+        }
+    }
+
+    /// The arguments after the program for `request` ([`CdiGenCommand::invocation`]).
     pub fn args(&self, request: &RegenerateRequest) -> Vec<OsString> {
-        // Only warnings and the error on stderr: that is what a failed Create shows.
-        let mut args: Vec<OsString> = vec!["--log-level".into(), "warn".into(), "generate".into()];
-        let format = Format::from_path(&request.spec_path).unwrap_or(Format::Yaml);
-        let mut flag = |name: &str, value: &Path| {
-            args.push(name.into());
-            args.push(value.into());
-        };
-        flag("--driver-root", &request.driver_root);
-        flag("--dev-root", &request.dev_root);
-        flag("--proc-root", &self.proc_root);
-        flag("--sys-root", &self.sys_root);
-        flag("--hook-path", &request.hook_path);
-        if let Some(lib) = &request.nvml_lib {
-            flag("--nvml-lib", lib);
-        }
-        if let Some(dir) = &self.mps_pipe_dir {
-            flag("--mps-pipe-dir", dir);
-        }
-        flag("--output", &request.spec_path);
-        args.extend([
-            "--vendor".into(),
-            request.kind.vendor().into(),
-            "--class".into(),
-            request.kind.class().into(),
-            "--format".into(),
-            format.extension().into(),
-        ]);
-        args
+        self.invocation(request).to_args()
     }
 }
 
 impl Regenerate for CdiGenCommand {
     fn regenerate(&self, request: &RegenerateRequest) -> Result<(), GeneratorError> {
         let started = Instant::now();
-        run(&self.program, &self.args(request), self.timeout)?;
+        run_generator(&self.program, &self.args(request), self.timeout)?;
         tracing::debug!(
             generator = %self.program.display(),
             spec = %request.spec_path.display(),
@@ -89,72 +77,12 @@ impl Regenerate for CdiGenCommand {
     }
 }
 
-/// Runs `program args` to completion within `timeout`, its stderr drained (a full pipe would stall
-/// it) and its last lines kept for the error.
-fn run(program: &Path, args: &[OsString], timeout: Duration) -> Result<(), GeneratorError> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| GeneratorError::Start { program: program.to_owned(), source })?;
-    let stderr = child.stderr.take();
-    let (sender, kept) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut kept, mut buf) = (Vec::new(), [0u8; 4096]);
-        if let Some(mut stderr) = stderr {
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 16 * 1024 {
-                    kept.drain(..kept.len() - 16 * 1024);
-                }
-            }
-        }
-        let _ = sender.send(kept);
-    });
-    let started = Instant::now();
-    // `None`: it ran past the bound and was killed.
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(source) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(GeneratorError::Wait { program: program.to_owned(), source });
-            }
-        }
-    };
-    // Bounded too: a process the generator left behind could hold its stderr open.
-    let stderr = tail(&kept.recv_timeout(Duration::from_secs(1)).unwrap_or_default());
-    match status {
-        Some(status) if status.success() => Ok(()),
-        Some(status) => Err(GeneratorError::Failed { program: program.to_owned(), status, stderr }),
-        None => Err(GeneratorError::TimedOut { program: program.to_owned(), after: timeout, stderr }),
-    }
-}
-
-/// The last [`STDERR_LINES`] non-empty lines of `bytes`, joined with ` | `.
-fn tail(bytes: &[u8]) -> StderrTail {
-    let text = String::from_utf8_lossy(bytes);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    StderrTail(lines[lines.len().saturating_sub(STDERR_LINES)..].join(" | "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     fn request(spec: &Path) -> RegenerateRequest {
         RegenerateRequest {
