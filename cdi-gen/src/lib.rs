@@ -1,7 +1,8 @@
 //! cdi-gen: turns what a node has (GPUs through NVML, the driver's files under a driver root, the
 //! device nodes under a dev root) into a complete, deterministic CDI spec for kind `nvidia.com/gpu`,
 //! written atomically. The binary `nvinject-cdi` (generate, list, validate) is a thin layer on it;
-//! the shim calls [`generate()`] and [`write::write_spec`] to regenerate a stale spec.
+//! the installer calls [`generate()`] in-process, while the shim and the device plugin run the binary
+//! (`nvinject_cdi::nvinject::GenerateInvocation`) to regenerate a stale spec, so NVML stays out of them.
 //!
 //! Boundary: discovery ([`driver::scan`], [`devices::scan`], NVML through [`InventorySource`]) is
 //! the only I/O and happens once, up front, into owned values; [`build::build_spec`] is a pure
