@@ -95,9 +95,19 @@ pub enum RegenerateError {
     /// The spec lock could not be taken.
     #[error(transparent)]
     Lock(#[from] LockError),
-    /// The generator failed.
-    #[error(transparent)]
+    /// The generator failed; a generator that could not be started gets the shim's fix.
+    #[error("{0}{fix}", fix = start_fix(.0))]
     Generator(#[from] GeneratorError),
+}
+
+/// What to do when the shim cannot start the generator (the shared error names only the program).
+fn start_fix(error: &GeneratorError) -> &'static str {
+    match error {
+        GeneratorError::Start { .. } => {
+            "; install nvinject-cdi beside the shim or name it in [regenerate] generator"
+        }
+        _ => "",
+    }
 }
 
 /// A spec the Create needs could not be made fresh; the Create fails with this.

@@ -92,11 +92,9 @@ impl GenerateInvocation {
 /// The generator did not write a fresh spec.
 #[derive(Debug, thiserror::Error)]
 pub enum GeneratorError {
-    /// It could not be started (not installed beside the shim, or not executable).
-    #[error(
-        "cannot run {}: {source}; install nvinject-cdi beside the shim or name it in [regenerate] generator",
-        program.display()
-    )]
+    /// It could not be started (not installed, or not executable). Each caller adds its own fix
+    /// (the key or flag that names the program).
+    #[error("cannot run {}: {source}", program.display())]
     Start {
         /// The generator binary.
         program: PathBuf,
