@@ -15,7 +15,7 @@ use crate::health::HealthPolicy;
 use crate::resource_name::ResourceName;
 use crate::settings::{
     DeviceIdStrategy, DeviceListStrategy, MigStrategy, ReplicaPolicy, ReplicatedResource, Settings,
-    TimeSlicing, parse_cdi_kind,
+    TimeSlicing,
 };
 
 /// Host paths the binary supplies as defaults (paths are parameters, never constants in the library).
@@ -186,13 +186,9 @@ pub fn resolve(
             format!("`{cdi_annotation_prefix}` must be a domain followed by '/', e.g. cdi.k8s.io/"),
         ));
     }
-    // Flag and file values were parsed with CDI's rules where they were read; the default is
-    // parsed here, and a test pins that it parses.
-    let cdi_kind = match pick(&overrides.cdi_kind, &plugin.cdi_kind) {
-        Some(kind) => kind,
-        None => parse_cdi_kind(nvinject_cdi::nvinject::DEFAULT_KIND)
-            .map_err(|m| err("flags.plugin.cdiKind", m))?,
-    };
+    // Flag and file values were parsed with CDI's rules where they were read.
+    let cdi_kind =
+        pick(&overrides.cdi_kind, &plugin.cdi_kind).unwrap_or_else(nvinject_cdi::nvinject::default_kind);
 
     let kubelet_socket = pick(&overrides.kubelet_socket, &plugin.kubelet_socket)
         .unwrap_or_else(|| defaults.kubelet_socket.clone());
