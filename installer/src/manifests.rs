@@ -23,8 +23,15 @@ use crate::error::{Error, Result};
 /// The image carrying every nvinject binary.
 pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/nvinject/nvinject:v", env!("CARGO_PKG_VERSION"));
 
-/// Where the installer DaemonSet signals readiness (inside its container).
-pub const READY_FILE: &str = "/run/nvinject/ready";
+/// Where the installer DaemonSet signals readiness: the host's `/run/nvinject/ready` (through its
+/// `/host` mount), so the device plugin on the node sees it too; `/run` is emptied at boot, and
+/// the installer removes the file when it starts and when it stops.
+pub const READY_FILE: &str = "/host/run/nvinject/ready";
+
+/// Where the device plugin DaemonSet mounts the host's `/run`: the installer's ready file and
+/// the CDI spec directory containerd reads (`/var/run/cdi`, which is `/run/cdi` on every
+/// distribution that links `/var/run` to `/run`) are under it.
+const PLUGIN_HOST_RUN: &str = "/host/run";
 
 /// `manifests` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -243,17 +250,28 @@ pub fn device_plugin_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
             "/etc/nvinject-device-plugin/config.yaml".into(),
         ]),
         env: Some(vec![
-            // NVML is loaded from the host's driver, mounted read-only; device nodes are named by
-            // their host paths.
-            env("NVIDIA_DRIVER_ROOT", "/driver-root"),
+            // The host's driver root is `/`, mounted read-only at /driver-root: NVML is loaded
+            // from there, and a regenerated spec names the host's paths (NVIDIA's two variables).
+            // Device nodes are named by their host paths.
+            env("NVIDIA_DRIVER_ROOT", "/"),
+            env("CONTAINER_DRIVER_ROOT", "/driver-root"),
             env("NVIDIA_DEV_ROOT", "/"),
             env("NVINJECT_FEATURES_FILE", ""),
+            // containerd's own CDI (2.x's default) reads this spec without our shim: the plugin
+            // regenerates it after a driver upgrade before it answers Allocate, once the installer,
+            // which owns the file, is ready; until then it does not register.
+            env(
+                "NVINJECT_CDI_SPEC",
+                &format!("{PLUGIN_HOST_RUN}/cdi/{}", nvinject_cdi::nvinject::SPEC_FILE_NAME),
+            ),
+            env("NVINJECT_INSTALLER_READY_FILE", READY_FILE),
         ]),
         // NVML opens /dev/nvidia*; a privileged container sees the host's device nodes.
         security_context: Some(SecurityContext { privileged: Some(true), ..Default::default() }),
         volume_mounts: Some(vec![
             mount("device-plugins", "/var/lib/kubelet/device-plugins", false),
             mount("driver-root", "/driver-root", true),
+            mount("host-run", PLUGIN_HOST_RUN, false),
             mount("config", "/etc/nvinject-device-plugin", true),
         ]),
         resources: Some(resources("10m", "32Mi", "256Mi")),
@@ -269,6 +287,7 @@ pub fn device_plugin_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
         volumes: Some(vec![
             host_path("device-plugins", "/var/lib/kubelet/device-plugins", "Directory"),
             host_path("driver-root", "/", "Directory"),
+            host_path("host-run", "/run", "Directory"),
             Volume {
                 name: "config".into(),
                 config_map: Some(ConfigMapVolumeSource {

@@ -14,11 +14,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use nvinject_fsio::root::EntryType;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fsx::{self, FaultHook};
-use crate::paths::{BINARY_LIMIT, CONFIG_LIMIT, FILE_LIMIT, HostRoot, host_join};
+use crate::paths::{BINARY_LIMIT, CONFIG_LIMIT, FILE_LIMIT, HostRoot, host_join, split};
 
 /// Mode of the state directory and its `backup/`: backups hold containerd's config, registry
 /// credentials included, so only root may enter.
@@ -117,12 +118,103 @@ pub struct State {
     /// run killed after writing the config must still restart it next time.
     #[serde(default)]
     pub restart_pending: bool,
+    /// Parents of the state directory that the first save created (`/var/lib` on a bare host
+    /// root), outermost first: removed again, when empty, after a complete uninstall. They appear
+    /// on the host together with the state file that records them (see [`Ledger::save`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_parents: Vec<String>,
 }
 
 impl Default for State {
     fn default() -> Self {
-        State { format: FORMAT, entries: Vec::new(), restart_pending: false }
+        State { format: FORMAT, entries: Vec::new(), restart_pending: false, created_parents: Vec::new() }
     }
+}
+
+/// Mode of the parents the state directory needed (`/var/lib` on a bare root): a system
+/// directory others must traverse. The state directory itself is [`STATE_DIR_MODE`].
+const STATE_PARENT_MODE: u32 = 0o755;
+
+/// Prefix of the name under which a first save builds the missing part of the state directory's
+/// path before renaming it into place.
+const NEW_STATE_PREFIX: &str = ".nvinject-installer-new.";
+
+/// The missing part of the path to `dir_host`: the deepest existing ancestor and the missing
+/// directories below it, outermost first (`dir_host` last). Empty when `dir_host` exists.
+fn missing_chain(root: &HostRoot, dir_host: &str) -> Result<(String, Vec<String>)> {
+    let mut missing = Vec::new();
+    let mut cur = Path::new(dir_host);
+    loop {
+        let host = cur.to_string_lossy().into_owned();
+        if root.metadata(&host)?.is_some() {
+            missing.reverse();
+            return Ok((host, missing));
+        }
+        missing.push(host);
+        cur = cur.parent().unwrap_or(Path::new("/"));
+    }
+}
+
+/// Prefix of the name a complete uninstall moves the state directory (with the parents made for
+/// it) to before removing it.
+const OLD_STATE_PREFIX: &str = ".nvinject-installer-old.";
+
+/// `dir` renamed with `prefix` in the same parent.
+fn sibling_name(dir: &str, prefix: &str) -> String {
+    let (parent, name) = split(dir);
+    host_join(&parent, &format!("{prefix}{name}"))
+}
+
+/// Renames `from` to `to`, both in the same directory (resolved inside the root); never over
+/// something that is there.
+fn rename_sibling(root: &HostRoot, from: &str, to: &str) -> Result<()> {
+    let (parent, from_name) = split(from);
+    let (_, to_name) = split(to);
+    let dir = root.dir(&parent)?;
+    nix::fcntl::renameat2(
+        &dir,
+        from_name.as_str(),
+        &dir,
+        to_name.as_str(),
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+    .map_err(|e| Error::io("rename", root.shown(from))(e.into()))?;
+    let _ = nvinject_fsio::sync_parent_dir(&dir.join(&to_name));
+    Ok(())
+}
+
+/// What a killed first save or a killed complete uninstall left (see [`Ledger::save`] and
+/// [`Ledger::finish`]): trees under our own names beside the state directory or its parents.
+fn remove_leftovers(root: &HostRoot, dir_host: &str, hook: &FaultHook) -> Result<()> {
+    let (_, missing) = missing_chain(root, dir_host)?;
+    if let Some(first) = missing.first() {
+        remove_own_tree(root, &sibling_name(first, NEW_STATE_PREFIX), hook)?;
+    }
+    // An uninstall renames the state directory or one of its parents, always in a directory
+    // that still exists: the outermost missing one's parent and those above.
+    let start = missing.first().map_or(dir_host, String::as_str);
+    let mut cur = Path::new(start);
+    while cur != Path::new("/") && !cur.as_os_str().is_empty() {
+        remove_own_tree(root, &sibling_name(&cur.to_string_lossy(), OLD_STATE_PREFIX), hook)?;
+        cur = cur.parent().unwrap_or(Path::new("/"));
+    }
+    Ok(())
+}
+
+/// Removes a directory tree the installer made itself (a staging tree a killed run left):
+/// entries are unlinked by name, links never followed.
+fn remove_own_tree(root: &HostRoot, host_dir: &str, hook: &FaultHook) -> Result<()> {
+    let Some(entries) = root.read_dir(host_dir)? else { return Ok(()) };
+    for (name, kind) in entries {
+        let path = host_join(host_dir, &name);
+        if kind == EntryType::Dir {
+            remove_own_tree(root, &path, hook)?;
+        } else {
+            fsx::remove_in(root, &path, hook)?;
+        }
+    }
+    root.remove_dir(host_dir)?;
+    Ok(())
 }
 
 /// Whether a write changed anything.
@@ -179,7 +271,10 @@ impl<'h> Ledger<'h> {
             refuse_link(root, &p)?;
         }
         let state = match root.read(&host, CONFIG_LIMIT)? {
-            None => State::default(),
+            None => {
+                remove_leftovers(root, state_dir, hook)?;
+                State::default()
+            }
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| Error::State { path: path.clone(), message: e.to_string() })?,
         };
@@ -212,11 +307,43 @@ impl<'h> Ledger<'h> {
         Ok(())
     }
 
+    /// Writes the state file. The first save also makes the state directory and any parents it
+    /// lacks, and those appear on the host only together with a state file that records them: the
+    /// missing part of the path is built under a staging name and renamed into place. A run killed
+    /// before the rename leaves only the staging tree, which the next load removes; so a later
+    /// uninstall knows exactly which parents were ours, however often installs were killed.
     fn save(&mut self) -> Result<()> {
+        let (_, missing) = missing_chain(&self.root, &self.dir_host)?;
+        if let Some(first) = missing.first() {
+            return self.save_first(first, &missing);
+        }
         self.private_dir(&self.dir_host.clone())?;
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         bytes.push(b'\n');
         fsx::write_in(&self.root, &host_join(&self.dir_host, "state.json"), &bytes, 0o600, self.hook)
+    }
+
+    fn save_first(&mut self, first: &str, missing: &[String]) -> Result<()> {
+        let staging = sibling_name(first, NEW_STATE_PREFIX);
+        remove_own_tree(&self.root, &staging, self.hook)?;
+        // `missing` without the state directory itself: the parents made for it.
+        for d in &missing[..missing.len() - 1] {
+            if !self.state.created_parents.contains(d) {
+                self.state.created_parents.push(d.clone());
+            }
+        }
+        let staged = |d: &str| format!("{staging}{}", &d[first.len()..]);
+        for (i, d) in missing.iter().enumerate() {
+            let mode = if i + 1 == missing.len() { STATE_DIR_MODE } else { STATE_PARENT_MODE };
+            self.root.mkdir(&staged(d), mode)?;
+        }
+        let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
+        bytes.push(b'\n');
+        let state_file = host_join(&self.dir_host, "state.json");
+        fsx::write_in(&self.root, &staged(&state_file), &bytes, 0o600, self.hook)?;
+        rename_sibling(&self.root, &staging, first)?;
+        self.hook.point("renamed", &self.root.shown(first));
+        Ok(())
     }
 
     /// Makes `host_dir` (the state directory or its `backup/`) a root-only directory: created
@@ -425,17 +552,24 @@ impl<'h> Ledger<'h> {
     /// no restart is owed).
     pub fn finish(&mut self) -> Result<()> {
         self.set_restart_pending(false)?;
-        if self.state.entries.is_empty() {
-            fsx::remove_in(&self.root, &host_join(&self.dir_host, "state.json"), self.hook)?;
-            let backup = host_join(&self.dir_host, "backup");
-            // Only our own backups are in there (the directory is root-only).
-            if let Some(entries) = self.root.read_dir(&backup)? {
-                for (name, _) in entries {
-                    fsx::remove_in(&self.root, &host_join(&backup, &name), self.hook)?;
+        if self.state.entries.is_empty() && self.root.symlink_metadata(&self.dir_host)?.is_some() {
+            // The state directory (root-only, ours: the state file and our backups) and the
+            // created parents holding nothing else leave the host in one rename, so a run killed
+            // while removing them leaves no state that forgot a parent: only a tree under a
+            // known name, which the next load removes.
+            let mut top = self.dir_host.clone();
+            for d in self.state.created_parents.iter().rev() {
+                let (_, child) = split(&top);
+                match self.root.read_dir(d)?.as_deref() {
+                    Some([(name, EntryType::Dir)]) if *name == child => top = d.clone(),
+                    _ => break,
                 }
             }
-            self.root.remove_dir(&backup)?;
-            self.root.remove_dir(&self.dir_host)?;
+            let doomed = sibling_name(&top, OLD_STATE_PREFIX);
+            remove_own_tree(&self.root, &doomed, self.hook)?;
+            rename_sibling(&self.root, &top, &doomed)?;
+            self.hook.point("renamed", &self.root.shown(&top));
+            remove_own_tree(&self.root, &doomed, self.hook)?;
             // Parents made for the state directory carry nvinject's name (`/var/lib/nvinject`):
             // remove them too when empty, never a system directory above.
             let mut cur = Path::new(&self.dir_host).parent();
@@ -447,6 +581,12 @@ impl<'h> Ledger<'h> {
                     break;
                 }
                 cur = d.parent();
+            }
+            // Then the parents the first save created (innermost first), while they are empty.
+            for d in self.state.created_parents.iter().rev() {
+                if self.root.symlink_metadata(d)?.is_some_and(|m| m.is_dir()) && !self.root.remove_dir(d)? {
+                    break;
+                }
             }
         }
         Ok(())
@@ -711,5 +851,75 @@ mod tests {
         ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
         assert!(fs::symlink_metadata(dir.path().join("cdi/s.json.lock")).is_ok());
         assert_eq!(fs::read_to_string(dir.path().join("target")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn parents_the_state_dir_needed_are_removed_after_a_complete_uninstall_and_only_those() {
+        let (dir, root) = setup();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        assert_eq!(ledger.state().created_parents, ["/var", "/var/lib", "/var/lib/nvinject"]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode("var/lib"), 0o755, "a system directory others traverse");
+        assert_eq!(mode("var/lib/nvinject/installer"), STATE_DIR_MODE);
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!names.iter().any(|n| n.to_string_lossy().starts_with(NEW_STATE_PREFIX)), "{names:?}");
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "a bare root is bare again: {left:?}");
+
+        // Something put into a created parent since keeps it (and the parents above it).
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        fs::write(dir.path().join("var/lib/other"), "").unwrap();
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        assert!(dir.path().join("var/lib/other").exists());
+        assert!(!dir.path().join("var/lib/nvinject").exists());
+    }
+
+    #[test]
+    fn parents_that_were_there_before_are_not_recorded() {
+        let (dir, root) = setup();
+        fs::create_dir_all(dir.path().join("var/lib")).unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        assert_eq!(ledger.state().created_parents, ["/var/lib/nvinject"]);
+        ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
+        ledger.finish().unwrap();
+        assert!(dir.path().join("var/lib").is_dir());
+        assert!(!dir.path().join("var/lib/nvinject").exists());
+    }
+
+    #[test]
+    fn a_staging_tree_left_by_a_killed_first_save_is_removed_and_not_mistaken_for_the_state() {
+        let (dir, root) = setup();
+        // A run killed after building the staging tree, before renaming it into place.
+        let staging = dir.path().join(format!("{NEW_STATE_PREFIX}var"));
+        let doomed = dir.path().join(format!("{OLD_STATE_PREFIX}var"));
+        fs::create_dir_all(doomed.join("lib/nvinject/installer/backup")).unwrap();
+        fs::write(doomed.join("lib/nvinject/installer/backup/1"), "old").unwrap();
+        fs::create_dir_all(staging.join("lib/nvinject/installer")).unwrap();
+        fs::write(staging.join("lib/nvinject/installer/state.json"), "{\"format\": 1, \"entries\": []}")
+            .unwrap();
+        std::os::unix::fs::symlink("/etc", staging.join("lib/link")).unwrap();
+        fs::create_dir(dir.path().join("etc")).unwrap();
+        fs::write(dir.path().join("etc/keep"), "keep").unwrap();
+        let hook = FaultHook::none();
+        let mut ledger = Ledger::load(&root, "/var/lib/nvinject/installer", &hook).unwrap();
+        assert!(!staging.exists(), "load removes what a killed first save left");
+        assert!(!doomed.exists(), "and what a killed uninstall left");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("etc/keep")).unwrap(),
+            "keep",
+            "links are not followed"
+        );
+        ledger.write_file("/x", b"x", 0o644, Role::DropIn).unwrap();
+        assert!(dir.path().join("var/lib/nvinject/installer/state.json").is_file());
+        assert_eq!(ledger.state().created_parents, ["/var", "/var/lib", "/var/lib/nvinject"]);
     }
 }

@@ -34,7 +34,8 @@ fn host(src: &Path) -> (tempfile::TempDir, Vec<String>) {
     fs::create_dir_all(root.join("etc/containerd")).unwrap();
     fs::create_dir_all(root.join("run")).unwrap();
     fs::create_dir_all(root.join("usr/local/bin")).unwrap();
-    fs::create_dir_all(root.join("var/lib")).unwrap();
+    // No /var/lib: the state directory's parents are made by the install and must go with it.
+    fs::create_dir_all(root.join("var")).unwrap();
     // As on Debian: an absolute link, which the installer must resolve inside the host root.
     std::os::unix::fs::symlink("/run", root.join("var/run")).unwrap();
     fs::write(root.join("etc/containerd/config.toml"), DEBIAN_CONFIG).unwrap();

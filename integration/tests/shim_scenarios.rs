@@ -503,7 +503,7 @@ fn upgrade_driver(node: &GpuNode, version: &str) {
 /// container started without the check shows that containerd alone would not heal.
 #[test]
 fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no_human_step() {
-    use nvinject_device_plugin::freshness::{Outcome, SpecFreshness, generate_args};
+    use nvinject_device_plugin::freshness::{GenerateRoots, Outcome, SpecFreshness, generate_args};
     let _s = serial();
     let node =
         GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
@@ -514,7 +514,15 @@ fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no
         sys_root.clone(),
         proc_root.clone(),
         nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi"),
-        generate_args(&node.spec_path, &node.driver_root, &node.dev_root, &proc_root, &sys_root, &hook),
+        generate_args(&GenerateRoots {
+            spec: &node.spec_path,
+            driver_root: &node.driver_root,
+            container_driver_root: None,
+            dev_root: &node.dev_root,
+            proc_root: &proc_root,
+            sys_root: &sys_root,
+            hook: &hook,
+        }),
     );
     let mut cri = CriClient::connect(&node.containerd.socket).unwrap();
     let pod = cri

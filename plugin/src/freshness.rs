@@ -49,6 +49,25 @@ pub enum FreshnessError {
         /// What went wrong.
         message: String,
     },
+    /// The spec needs writing but its owner, the installer, is not ready (see
+    /// [`SpecFreshness::written_only_while`]).
+    #[error(
+        "CDI spec {} is {why} (loaded driver {loaded}) and is not regenerated while {} is missing: the \
+         spec is nvinject-installer's until it has finished on this node; check that the installer is \
+         running there (its log names what it is waiting for)",
+        spec.display(),
+        ready_file.display()
+    )]
+    InstallerNotReady {
+        /// The spec.
+        spec: PathBuf,
+        /// `stale (driver X)` or `missing or unreadable`.
+        why: String,
+        /// The loaded driver's version.
+        loaded: String,
+        /// The installer's ready file.
+        ready_file: PathBuf,
+    },
     /// The generator ran but the spec is still not for the loaded driver.
     #[error(
         "CDI spec {} still records driver {found:?} after regeneration, but driver {loaded} is loaded: check \
@@ -97,30 +116,43 @@ pub struct SpecFreshness {
     proc_root: PathBuf,
     program: PathBuf,
     args: Vec<OsString>,
+    ready_file: Option<PathBuf>,
     last: Mutex<Option<Seen>>,
 }
 
-/// `nvinject-cdi generate`'s arguments for a spec at `spec` over these roots, in JSON, of the
-/// default kind, through the generator's one command-line type.
-pub fn generate_args(
-    spec: &Path,
-    driver_root: &Path,
-    dev_root: &Path,
-    proc_root: &Path,
-    sys_root: &Path,
-    hook: &Path,
-) -> Vec<OsString> {
+/// Where a regenerated spec's files are, for [`generate_args`].
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateRoots<'a> {
+    /// The spec to write.
+    pub spec: &'a Path,
+    /// The driver root as the host sees it (the spec's host paths start here).
+    pub driver_root: &'a Path,
+    /// Where that root is mounted for this process, when it differs.
+    pub container_driver_root: Option<&'a Path>,
+    /// The root of `dev/nvidia*`.
+    pub dev_root: &'a Path,
+    /// Where `devices` and `driver/nvidia-caps` are read.
+    pub proc_root: &'a Path,
+    /// Where `module/nvidia/version` is read.
+    pub sys_root: &'a Path,
+    /// The hook path the spec names.
+    pub hook: &'a Path,
+}
+
+/// `nvinject-cdi generate`'s arguments for a spec over these roots, in JSON, of the default kind,
+/// through the generator's one command-line type.
+pub fn generate_args(roots: &GenerateRoots<'_>) -> Vec<OsString> {
     GenerateInvocation {
         log_level: None,
-        driver_root: driver_root.to_owned(),
-        driver_root_ctr_path: None,
-        dev_root: dev_root.to_owned(),
-        proc_root: proc_root.to_owned(),
-        sys_root: sys_root.to_owned(),
-        hook_path: hook.to_owned(),
+        driver_root: roots.driver_root.to_owned(),
+        driver_root_ctr_path: roots.container_driver_root.map(Path::to_owned),
+        dev_root: roots.dev_root.to_owned(),
+        proc_root: roots.proc_root.to_owned(),
+        sys_root: roots.sys_root.to_owned(),
+        hook_path: roots.hook.to_owned(),
         nvml_lib: None,
         mps_pipe_dir: None,
-        output: spec.to_owned(),
+        output: roots.spec.to_owned(),
         kind: None,
         format: Format::Json,
     }
@@ -137,7 +169,16 @@ impl SpecFreshness {
         program: PathBuf,
         args: Vec<OsString>,
     ) -> Self {
-        SpecFreshness { spec, sys_root, proc_root, program, args, last: Mutex::new(None) }
+        SpecFreshness { spec, sys_root, proc_root, program, args, ready_file: None, last: Mutex::new(None) }
+    }
+
+    /// Writes the spec only while `ready_file` exists (`None` or empty: always). The installer
+    /// creates the spec and records it as its own; a spec this plugin wrote before the installer's
+    /// first run would look like one that was there before, which the installer keeps at
+    /// uninstall. Until then a spec that is missing or stale is reported, never handed out.
+    pub fn written_only_while(mut self, ready_file: Option<PathBuf>) -> Self {
+        self.ready_file = ready_file.filter(|p| !p.as_os_str().is_empty());
+        self
     }
 
     /// The spec kept fresh.
@@ -171,6 +212,14 @@ impl SpecFreshness {
             Some(v) => format!("stale (driver {v})"),
             None => "missing or unreadable".to_owned(),
         };
+        if let Some(ready) = self.ready_file.as_ref().filter(|r| !r.exists()) {
+            return Err(FreshnessError::InstallerNotReady {
+                spec: self.spec.clone(),
+                why,
+                loaded,
+                ready_file: ready.clone(),
+            });
+        }
         tracing::info!(spec = %self.spec.display(), %why, loaded, "regenerating the CDI spec before containerd reads it");
         self.run_generator().map_err(|message| FreshnessError::Generate {
             spec: self.spec.clone(),
@@ -368,24 +417,76 @@ mod tests {
         assert_eq!(runs(&f), 0);
     }
 
+    fn roots(container_driver_root: Option<&Path>) -> String {
+        let a = generate_args(&GenerateRoots {
+            spec: Path::new("/var/run/cdi/nvidia.com-gpu.json"),
+            driver_root: Path::new("/run/nvidia/driver"),
+            container_driver_root,
+            dev_root: Path::new("/"),
+            proc_root: Path::new("/proc"),
+            sys_root: Path::new("/sys"),
+            hook: Path::new("/usr/local/nvinject/bin/nvinject-hook"),
+        });
+        let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        text.join(" ")
+    }
+
     #[test]
     fn generate_args_name_every_root_and_the_spec() {
-        let a = generate_args(
-            Path::new("/var/run/cdi/nvidia.com-gpu.json"),
-            Path::new("/run/nvidia/driver"),
-            Path::new("/"),
-            Path::new("/proc"),
-            Path::new("/sys"),
-            Path::new("/usr/local/nvinject/bin/nvinject-hook"),
-        );
-        let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-        let joined = text.join(" ");
+        let joined = roots(None);
         assert!(
             joined.starts_with("generate --driver-root /run/nvidia/driver --dev-root / --proc-root /proc"),
             "{joined}"
         );
+        assert!(!joined.contains("--driver-root-ctr-path"), "{joined}");
         assert!(
             joined.contains("--output /var/run/cdi/nvidia.com-gpu.json") && joined.ends_with("--format json")
         );
+    }
+
+    #[test]
+    fn in_a_container_the_generator_reads_the_mount_and_writes_host_paths() {
+        let joined = roots(Some(Path::new("/driver-root")));
+        assert!(
+            joined.contains("--driver-root /run/nvidia/driver")
+                && joined.contains("--driver-root-ctr-path /driver-root"),
+            "{joined}"
+        );
+    }
+
+    #[test]
+    fn until_the_installer_is_ready_a_missing_or_stale_spec_is_reported_not_written() {
+        let f = fixture("550.54.15", None, GOOD);
+        let ready = f.dir.path().join("ready");
+        let freshness = SpecFreshness::new(
+            f.freshness.spec.clone(),
+            f.freshness.sys_root.clone(),
+            f.freshness.proc_root.clone(),
+            f.freshness.program.clone(),
+            f.freshness.args.clone(),
+        )
+        .written_only_while(Some(ready.clone()));
+        let e = freshness.ensure_fresh().unwrap_err();
+        assert!(matches!(e, FreshnessError::InstallerNotReady { .. }), "{e}");
+        let message = e.to_string();
+        assert!(
+            message.contains("ready") && message.contains("missing") && message.contains("550.54.15"),
+            "{message}"
+        );
+        assert!(!freshness.spec().exists(), "nothing written before the installer's first run");
+        assert_eq!(runs(&f), 0);
+
+        fs::write(&ready, "ready\n").unwrap();
+        assert_eq!(
+            freshness.ensure_fresh().unwrap(),
+            Outcome::Regenerated { from: String::new(), to: "550.54.15".into() }
+        );
+        // The installer stopped (its ready file gone): a fresh spec still serves, a stale one is
+        // reported and left alone.
+        fs::remove_file(&ready).unwrap();
+        assert_eq!(freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        fs::write(f.dir.path().join("sys/module/nvidia/version"), "555.42.02\n").unwrap();
+        assert!(matches!(freshness.ensure_fresh().unwrap_err(), FreshnessError::InstallerNotReady { .. }));
+        assert_eq!(recorded(&f), "550.54.15");
     }
 }

@@ -44,9 +44,14 @@ struct Cli {
     /// Exit when NVML or the resource plan fails at start, instead of waiting.
     #[arg(long, env = "FAIL_ON_INIT_ERROR", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     fail_on_init_error: Option<bool>,
-    /// Driver root ('/' or e.g. /run/nvidia/driver); NVML is looked up under it.
+    /// Driver root as the host sees it ('/' or e.g. /run/nvidia/driver); NVML is looked up under
+    /// it unless --container-driver-root is set.
     #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
     nvidia_driver_root: Option<PathBuf>,
+    /// Where the driver root is mounted for the plugin when it runs in a container (e.g.
+    /// /driver-root): NVML and driver files are read here, a regenerated spec names host paths.
+    #[arg(long, env = "CONTAINER_DRIVER_ROOT")]
+    container_driver_root: Option<PathBuf>,
     /// Host root of the device nodes passed as DeviceSpecs (default: the driver root).
     #[arg(long, env = "NVIDIA_DEV_ROOT")]
     nvidia_dev_root: Option<PathBuf>,
@@ -107,6 +112,12 @@ struct Cli {
     /// Sys root, where the loaded driver's version is read (`module/nvidia/version`).
     #[arg(long, env = "NVINJECT_SYS_ROOT", default_value = "/sys")]
     sys_root: PathBuf,
+    /// The installer's ready file (`nvinject-installer run --ready-file`), when an installer owns
+    /// the spec: the plugin registers with the kubelet only once it exists, and regenerates
+    /// --cdi-spec only while it exists (a spec the plugin made first would look like the host's own
+    /// to the installer, which would then keep it at uninstall).
+    #[arg(long, env = "NVINJECT_INSTALLER_READY_FILE")]
+    installer_ready_file: Option<PathBuf>,
     /// How often the spec is checked between Allocates (Go duration, above 0).
     #[arg(long, env = "NVINJECT_DRIVER_WATCH_INTERVAL", default_value = "10s")]
     driver_watch_interval: GoDuration,
@@ -142,6 +153,7 @@ impl Cli {
             }),
             fail_on_init_error: self.fail_on_init_error,
             driver_root: self.nvidia_driver_root.clone(),
+            container_driver_root: self.container_driver_root.clone(),
             dev_root: self.nvidia_dev_root.clone(),
             proc_root: self.proc_root.clone(),
             pass_device_specs: self.pass_device_specs,
@@ -217,12 +229,13 @@ fn nvml_library(settings: &Settings) -> Option<PathBuf> {
     if let Some(p) = &settings.nvml_library {
         return Some(p.clone());
     }
-    if settings.driver_root == Path::new("/") {
+    let root = settings.driver_root_here();
+    if root == Path::new("/") {
         return None;
     }
     ["usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib"]
         .iter()
-        .map(|d| settings.driver_root.join(d).join(nvinject_gpu::nvml::DEFAULT_LIBRARY))
+        .map(|d| root.join(d).join(nvinject_gpu::nvml::DEFAULT_LIBRARY))
         .find(|p| p.exists())
 }
 
@@ -273,6 +286,11 @@ fn run(cli: Cli) -> Result<()> {
     }
     write_labels(&settings, &inventory, &plan);
     let freshness = spec_freshness(&cli, &settings)?;
+    if let Some(ready) = cli.installer_ready_file.as_ref().filter(|p| !p.as_os_str().is_empty())
+        && let Some(signal) = runtime.block_on(wait_for_installer(ready))?
+    {
+        return finish(signal);
+    }
     let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll, freshness))?;
     drop(runtime);
     finish(signal)
@@ -291,21 +309,23 @@ fn spec_freshness(
             "--driver-watch-interval (NVINJECT_DRIVER_WATCH_INTERVAL) is 0: give a positive interval such as 10s"
         );
     }
-    let args = freshness::generate_args(
+    let args = freshness::generate_args(&freshness::GenerateRoots {
         spec,
-        &settings.driver_root,
-        &settings.dev_root,
-        &settings.proc_root,
-        &cli.sys_root,
-        &cli.cdi_hook_path,
-    );
+        driver_root: &settings.driver_root,
+        container_driver_root: settings.container_driver_root.as_deref(),
+        dev_root: &settings.dev_root,
+        proc_root: &settings.proc_root,
+        sys_root: &cli.sys_root,
+        hook: &cli.cdi_hook_path,
+    });
     let f = SpecFreshness::new(
         spec.clone(),
         cli.sys_root.clone(),
         settings.proc_root.clone(),
         cli.cdi_generator.clone(),
         args,
-    );
+    )
+    .written_only_while(cli.installer_ready_file.clone());
     tracing::info!(spec = %spec.display(), generator = %cli.cdi_generator.display(), "keeping the CDI spec fresh");
     Ok(Some((Arc::new(f), cli.driver_watch_interval.0)))
 }
@@ -485,6 +505,32 @@ async fn serve(
     }
     tracing::info!("stopped");
     Ok(signal)
+}
+
+/// Waits until the installer's ready file exists (the runtime is installed and the spec written):
+/// before that, GPUs advertised to the kubelet would be scheduled onto a node that cannot start
+/// them. `Some` when a signal came first.
+async fn wait_for_installer(ready: &Path) -> Result<Option<Stop>> {
+    let poll = async {
+        let mut waited = std::time::Duration::ZERO;
+        let step = std::time::Duration::from_millis(500);
+        while !ready.exists() {
+            if waited.as_secs().is_multiple_of(60) && waited.subsec_millis() == 0 {
+                tracing::info!(
+                    ready_file = %ready.display(),
+                    waited_s = waited.as_secs(),
+                    "waiting for nvinject-installer to finish on this node before registering"
+                );
+            }
+            tokio::time::sleep(step).await;
+            waited += step;
+        }
+        tracing::info!(ready_file = %ready.display(), "the installer is ready");
+    };
+    tokio::select! {
+        () = poll => Ok(None),
+        signal = wait_for_signal() => signal.map(Some),
+    }
 }
 
 /// What a signal asks for.

@@ -114,8 +114,13 @@ pub struct Settings {
     pub mig_strategy: MigStrategy,
     /// Exit on a start-up failure instead of waiting.
     pub fail_on_init_error: bool,
-    /// Driver root (where NVML is looked up when no library path is given).
+    /// Driver root as the host sees it: where NVML is looked up when no library path is given
+    /// (unless `container_driver_root` is set), and the prefix of a regenerated spec's host paths.
     pub driver_root: PathBuf,
+    /// Where the driver root is mounted for this process when it runs in a container (NVIDIA's
+    /// `CONTAINER_DRIVER_ROOT`); `None`: at `driver_root` itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_driver_root: Option<PathBuf>,
     /// Host root of device nodes for DeviceSpecs.
     pub dev_root: PathBuf,
     /// Proc root (`/proc`), read for MIG capability minors.
@@ -145,6 +150,11 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Where this process finds the driver root's files.
+    pub fn driver_root_here(&self) -> &Path {
+        self.container_driver_root.as_deref().unwrap_or(&self.driver_root)
+    }
+
     /// The directory the kubelet expects plugin sockets in.
     pub fn plugin_dir(&self) -> &Path {
         self.kubelet_socket.parent().unwrap_or(Path::new("/"))

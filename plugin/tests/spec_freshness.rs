@@ -2,7 +2,10 @@
 //! answers Allocate it generates a missing spec and regenerates one whose driver version is not
 //! the loaded driver's (the simulated node rebuilt with another driver, in place), with the real
 //! `nvinject-cdi`; the driver-version watch does it with no Allocate; a generator that fails makes
-//! Allocate `UNAVAILABLE` with the reason. Real processes on simulated nodes; needs root.
+//! Allocate `UNAVAILABLE` with the reason. As the DaemonSet runs it (the installer's ready file,
+//! the host's driver root mounted elsewhere), it registers only once the installer is ready,
+//! writes nothing before, and the spec it writes names the host's paths. Real processes on
+//! simulated nodes; needs root.
 
 mod common;
 
@@ -37,6 +40,15 @@ fn upgrade(node: &Node, version: &str) {
 }
 
 fn start(node: &Node, generator: &Path, watch: &str) -> (Kubelet, Plugin, std::path::PathBuf) {
+    start_with(node, generator, watch, &[])
+}
+
+fn start_with(
+    node: &Node,
+    generator: &Path,
+    watch: &str,
+    extra: &[(&str, String)],
+) -> (Kubelet, Plugin, std::path::PathBuf) {
     let dir = kubelet_dir(node);
     let kubelet = Kubelet::start(&dir);
     let spec = node.tmp.path().join("cdi/nvidia.com-gpu.json");
@@ -50,6 +62,9 @@ fn start(node: &Node, generator: &Path, watch: &str) -> (Kubelet, Plugin, std::p
         ("--driver-watch-interval", watch.into()),
     ] {
         args.extend([flag.to_owned(), value]);
+    }
+    for (flag, value) in extra {
+        args.extend([(*flag).to_owned(), value.clone()]);
     }
     let plugin = Plugin::start(Some(node), &args, &[]);
     (kubelet, plugin, spec)
@@ -114,4 +129,91 @@ fn the_watch_heals_without_an_allocate_and_a_failing_generator_refuses_allocate(
     );
     assert_eq!(recorded_driver(&spec).as_deref(), Some("555.42.02"), "the old spec is left as it was");
     drop(plugin);
+}
+
+/// Waits until the plugin's log has `needle`.
+fn logged(plugin: &Plugin, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !plugin.stderr().contains(needle) {
+        assert!(Instant::now() < deadline, "no `{needle}` in the log: {}", plugin.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn before_the_installer_is_ready_the_plugin_neither_registers_nor_writes_the_spec() {
+    let node = Node::preset("h100x8");
+    let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
+    let ready = node.tmp.path().join("run/nvinject/ready");
+    let ready_flag = [("--installer-ready-file", ready.display().to_string())];
+    let (mut k, plugin, spec) = start_with(&node, &cdi, "100ms", &ready_flag);
+    logged(&plugin, "waiting for nvinject-installer to finish on this node");
+    // Several watch intervals and socket polls go by: still nothing registered, nothing written.
+    assert!(
+        k.try_wait_event("registered", Duration::from_secs(1), |_| true).is_none(),
+        "{}",
+        plugin.stderr()
+    );
+    assert!(!spec.exists(), "the spec is the installer's to create: {}", plugin.stderr());
+
+    // The installer is done (it wrote the spec, then the ready file).
+    let out = Command::new(&cdi)
+        .args(["generate", "--format", "json", "--hook-path", "/usr/local/nvinject/bin/nvinject-hook"])
+        .arg("--driver-root")
+        .arg(node.driver_root())
+        .arg("--dev-root")
+        .arg(node.dev_root())
+        .arg("--proc-root")
+        .arg(node.proc_root())
+        .arg("--sys-root")
+        .arg(node.out.join("host/sys"))
+        .arg("--output")
+        .arg(&spec)
+        .env("NVINJECT_SIM_NODE", node.node_json())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::create_dir_all(ready.parent().unwrap()).unwrap();
+    std::fs::write(&ready, "ready\n").unwrap();
+    k.registered("nvidia.com/gpu");
+    k.allocate("nvidia.com/gpu", json!([[node.uuid(0)]]))
+        .unwrap_or_else(|e| panic!("{e}\n{}", plugin.stderr()));
+
+    // While the installer runs, a driver upgrade is healed.
+    upgrade(&node, "555.42.02");
+    k.allocate("nvidia.com/gpu", json!([[node.uuid(0)]]))
+        .unwrap_or_else(|e| panic!("{e}\n{}", plugin.stderr()));
+    assert_eq!(recorded_driver(&spec).as_deref(), Some("555.42.02"));
+
+    // The installer stopping (ready file gone, about to uninstall): a stale spec is refused and
+    // left for the uninstall, never rewritten behind it.
+    std::fs::remove_file(&ready).unwrap();
+    upgrade(&node, "560.35.03");
+    let e = k.allocate("nvidia.com/gpu", json!([[node.uuid(0)]])).unwrap_err();
+    assert_eq!(e["code"], "Unavailable", "{e}");
+    assert!(e.to_string().contains("ready"), "{e}");
+    assert_eq!(recorded_driver(&spec).as_deref(), Some("555.42.02"));
+}
+
+#[test]
+fn in_a_container_the_spec_names_the_hosts_driver_root_not_the_mount() {
+    let node = Node::preset("h100x8");
+    let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
+    // As the DaemonSet: the host's driver root is /run/nvidia/driver, mounted here elsewhere.
+    let mount = node.driver_root().display().to_string();
+    let (mut k, plugin, spec) = start_with(
+        &node,
+        &cdi,
+        "1h",
+        &[("--container-driver-root", mount.clone()), ("--nvidia-driver-root", "/run/nvidia/driver".into())],
+    );
+    k.registered("nvidia.com/gpu");
+    k.allocate("nvidia.com/gpu", json!([[node.uuid(0)]]))
+        .unwrap_or_else(|e| panic!("{e}\n{}", plugin.stderr()));
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(
+        text.contains("\"hostPath\": \"/run/nvidia/driver/") && text.contains("libnvidia-ml.so.550.54.15"),
+        "{text}"
+    );
+    assert!(!text.contains(&mount), "the mount point leaked into the spec: {text}");
 }

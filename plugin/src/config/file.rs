@@ -103,8 +103,10 @@ pub struct FilePluginFlags {
     /// Accepted and ignored.
     #[serde(rename = "nvidiaCDIHookPath")]
     pub nvidia_cdi_hook_path: Option<serde_json::Value>,
-    /// Accepted and ignored.
-    pub container_driver_root: Option<serde_json::Value>,
+    /// Where the driver root (`nvidiaDriverRoot`, as the host sees it) is mounted for the plugin,
+    /// when it runs in a container: NVML is loaded from here and a regenerated CDI spec still
+    /// names the host's paths.
+    pub container_driver_root: Option<PathBuf>,
     /// nvinject: the kubelet's registration socket; plugin sockets are created next to it.
     pub kubelet_socket: Option<PathBuf>,
     /// nvinject: path of `libnvidia-ml.so.1` (default: found under the driver root).

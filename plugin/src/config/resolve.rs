@@ -41,6 +41,8 @@ pub struct Overrides {
     pub fail_on_init_error: Option<bool>,
     /// `--nvidia-driver-root` / `NVIDIA_DRIVER_ROOT`.
     pub driver_root: Option<PathBuf>,
+    /// `--container-driver-root` / `CONTAINER_DRIVER_ROOT`.
+    pub container_driver_root: Option<PathBuf>,
     /// `--nvidia-dev-root` / `NVIDIA_DEV_ROOT`.
     pub dev_root: Option<PathBuf>,
     /// `--proc-root` / `NVINJECT_PROC_ROOT`.
@@ -99,7 +101,6 @@ pub fn resolve(
         (flags.gfd.is_some(), "flags.gfd"),
         (plugin.nvidia_ctk_path.is_some(), "flags.plugin.nvidiaCTKPath"),
         (plugin.nvidia_cdi_hook_path.is_some(), "flags.plugin.nvidiaCDIHookPath"),
-        (plugin.container_driver_root.is_some(), "flags.plugin.containerDriverRoot"),
         (file.health.event_types.is_some(), "health.eventTypes"),
     ] {
         if present {
@@ -145,6 +146,8 @@ pub fn resolve(
 
     let driver_root = pick(&overrides.driver_root, &flags.nvidia_driver_root)
         .unwrap_or_else(|| defaults.driver_root.clone());
+    let container_driver_root = pick(&overrides.container_driver_root, &plugin.container_driver_root)
+        .filter(|p| !p.as_os_str().is_empty());
     let dev_root = pick(&overrides.dev_root, &flags.nvidia_dev_root).unwrap_or_else(|| driver_root.clone());
 
     let device_list_strategies = match (&overrides.device_list_strategies, &plugin.device_list_strategy) {
@@ -226,6 +229,7 @@ pub fn resolve(
         pass_device_specs: overrides.pass_device_specs.or(plugin.pass_device_specs).unwrap_or(false),
         device_id_strategy: overrides.device_id_strategy.or(plugin.device_id_strategy).unwrap_or_default(),
         driver_root,
+        container_driver_root,
         dev_root,
         device_list_strategies,
         cdi_annotation_prefix,
