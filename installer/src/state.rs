@@ -131,8 +131,8 @@ impl Default for State {
     }
 }
 
-/// Mode of the parents the state directory needed (`/var/lib` on a bare root): a system
-/// directory others must traverse. The state directory itself is [`STATE_DIR_MODE`].
+/// Mode of the system directories the state directory needed (`/var/lib` on a bare root): others
+/// must traverse them. The state directory and nvinject's own parents are [`STATE_DIR_MODE`].
 const STATE_PARENT_MODE: u32 = 0o755;
 
 /// Prefix of the name under which a first save builds the missing part of the state directory's
@@ -334,7 +334,10 @@ impl<'h> Ledger<'h> {
         }
         let staged = |d: &str| format!("{staging}{}", &d[first.len()..]);
         for (i, d) in missing.iter().enumerate() {
-            let mode = if i + 1 == missing.len() { STATE_DIR_MODE } else { STATE_PARENT_MODE };
+            // nvinject's own directories (`/var/lib/nvinject`) are as private as the state; a
+            // system directory it had to make (`/var/lib`) is one others must traverse.
+            let own = i + 1 == missing.len() || split(d).1.contains("nvinject");
+            let mode = if own { STATE_DIR_MODE } else { STATE_PARENT_MODE };
             self.root.mkdir(&staged(d), mode)?;
         }
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
@@ -864,6 +867,7 @@ mod tests {
         let mode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode("var/lib"), 0o755, "a system directory others traverse");
         assert_eq!(mode("var/lib/nvinject/installer"), STATE_DIR_MODE);
+        assert_eq!(mode("var/lib/nvinject"), STATE_DIR_MODE, "nvinject's own directory");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert!(!names.iter().any(|n| n.to_string_lossy().starts_with(NEW_STATE_PREFIX)), "{names:?}");
         ledger.uninstall(&no_import, &mut Vec::new()).unwrap();
