@@ -402,6 +402,8 @@ impl Builder<'_> {
             (!folders.is_empty())
                 .then(|| self.hook(HookCommand::UpdateLdcache { folders, ldconfig_path: None }))
                 .flatten(),
+            // Last, as nvidia-ctk orders it; the spec's other runs fold into one before it.
+            self.hook(HookCommand::DisableDeviceNodeModification),
         ];
         ContainerEdits {
             env,
@@ -968,27 +970,28 @@ mod tests {
     #[test]
     fn hooks_can_be_disabled() {
         let mut o = opts();
-        o.choices.disabled_hooks =
-            vec![HookKind::CreateSymlinks, HookKind::UpdateLdcache, HookKind::EnableCudaCompat];
+        let subs = |spec: &nvinject_cdi::Spec| -> Vec<String> {
+            spec.container_edits.hooks.iter().map(|h| h.args[1].clone()).collect()
+        };
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
+        assert_eq!(
+            subs(&spec),
+            ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"]
+        );
+        o.choices.disabled_hooks = HookKind::ALL.to_vec();
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert!(spec.container_edits.hooks.is_empty());
         assert!(spec.devices.iter().all(|d| d.container_edits.hooks.is_empty()));
         o.choices.disabled_hooks =
             vec!["update-ldcache".parse().unwrap(), "enable-cuda-compat".parse().unwrap()];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
-        assert_eq!(spec.container_edits.hooks.len(), 1);
-        assert_eq!(spec.container_edits.hooks[0].args[1], "create-symlinks");
-        o.choices.disabled_hooks = vec!["update-ldcache".parse().unwrap()];
+        assert_eq!(subs(&spec), ["create-symlinks", "disable-device-node-modification"]);
+        o.choices.disabled_hooks = vec!["disable-device-node-modification".parse().unwrap()];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
-        let subs: Vec<&str> = spec.container_edits.hooks.iter().map(|h| h.args[1].as_str()).collect();
-        assert_eq!(subs, ["create-symlinks", "enable-cuda-compat"]);
-        assert!(
-            "ldcache"
-                .parse::<HookKind>()
-                .unwrap_err()
-                .to_string()
-                .contains("create-symlinks, update-ldcache or enable-cuda-compat")
-        );
+        assert_eq!(subs(&spec), ["create-symlinks", "enable-cuda-compat", "update-ldcache"]);
+        assert!("ldcache".parse::<HookKind>().unwrap_err().to_string().contains(
+            "create-symlinks, update-ldcache, enable-cuda-compat or disable-device-node-modification"
+        ));
     }
 
     #[test]

@@ -356,6 +356,8 @@ fn hooks_follow_the_flags() {
             "update-ldcache",
             "--disable-hook",
             "enable-cuda-compat",
+            "--disable-hook",
+            "disable-device-node-modification",
         ],
     )));
     let hooks = &spec.container_edits.hooks;

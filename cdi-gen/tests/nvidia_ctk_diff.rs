@@ -58,12 +58,6 @@ const NVIDIA_ONLY_HOOKS: &[(&str, &str)] = &[
          own subcommand, a separate part of issue 12 (item 2); allowed to be missing until it lands",
     ),
     (
-        "disable-device-node-modification",
-        "makes the container's /proc/driver/nvidia/params say ModifyDeviceFiles=0 so CUDA in the \
-         container does not try to create device nodes; not a file the driver root has, so outside \
-         this comparison of discovered pieces (issue 12 item 3, its own part)",
-    ),
-    (
         "update-application-profile",
         "writes the driver's application-profile file into the container; not a file the driver root \
          has (issue 12 item 3, its own part)",

@@ -80,12 +80,19 @@ pub enum HookKind {
     UpdateLdcache,
     /// `nvinject-hook enable-cuda-compat --host-driver-version=VERSION` (NVIDIA's spelling).
     EnableCudaCompat,
+    /// `nvinject-hook disable-device-node-modification`: the container reads `ModifyDeviceFiles: 0`
+    /// in `/proc/driver/nvidia/params`, so CUDA in it never tries to make or change device nodes.
+    DisableDeviceNodeModification,
 }
 
 impl HookKind {
     /// Every hook, for parsing a name back.
-    pub const ALL: [HookKind; 3] =
-        [HookKind::CreateSymlinks, HookKind::UpdateLdcache, HookKind::EnableCudaCompat];
+    pub const ALL: [HookKind; 4] = [
+        HookKind::CreateSymlinks,
+        HookKind::UpdateLdcache,
+        HookKind::EnableCudaCompat,
+        HookKind::DisableDeviceNodeModification,
+    ];
 
     /// The name on the command line and as the hook's subcommand.
     pub fn as_str(self) -> &'static str {
@@ -98,6 +105,7 @@ impl HookKind {
             HookKind::CreateSymlinks => Subcommand::CreateSymlinks,
             HookKind::UpdateLdcache => Subcommand::UpdateLdcache,
             HookKind::EnableCudaCompat => Subcommand::EnableCudaCompat,
+            HookKind::DisableDeviceNodeModification => Subcommand::DisableDeviceNodeModification,
         }
     }
 }
@@ -110,7 +118,10 @@ impl fmt::Display for HookKind {
 
 /// An unknown `--disable-hook` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown hook `{0}`: expected create-symlinks, update-ldcache or enable-cuda-compat")]
+#[error(
+    "unknown hook `{0}`: expected create-symlinks, update-ldcache, enable-cuda-compat or \
+     disable-device-node-modification"
+)]
 pub struct UnknownHook(pub String);
 
 impl FromStr for HookKind {
@@ -121,7 +132,7 @@ impl FromStr for HookKind {
     }
 }
 
-/// Every subcommand of `nvinject-hook`: the three a spec carries, and the two only the shim
+/// Every subcommand of `nvinject-hook`: the four a spec carries, and the two only the shim
 /// writes when it folds a container's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subcommand {
@@ -131,6 +142,8 @@ pub enum Subcommand {
     UpdateLdcache,
     /// CUDA forward-compatibility libraries first when newer than the host driver.
     EnableCudaCompat,
+    /// `ModifyDeviceFiles: 0` in the container's view of the driver's params.
+    DisableDeviceNodeModification,
     /// Only the `--mount`s (the shim's own run, when no nvinject run comes first).
     BindMounts,
     /// The `--mount`s, links, compat decision and cache in one run (the shim's merge).
@@ -138,10 +151,11 @@ pub enum Subcommand {
 }
 
 impl Subcommand {
-    const ALL: [Subcommand; 5] = [
+    const ALL: [Subcommand; 6] = [
         Subcommand::CreateSymlinks,
         Subcommand::UpdateLdcache,
         Subcommand::EnableCudaCompat,
+        Subcommand::DisableDeviceNodeModification,
         Subcommand::BindMounts,
         Subcommand::Inject,
     ];
@@ -152,6 +166,7 @@ impl Subcommand {
             Subcommand::CreateSymlinks => "create-symlinks",
             Subcommand::UpdateLdcache => "update-ldcache",
             Subcommand::EnableCudaCompat => "enable-cuda-compat",
+            Subcommand::DisableDeviceNodeModification => "disable-device-node-modification",
             Subcommand::BindMounts => "bind-mounts",
             Subcommand::Inject => "inject",
         }
@@ -170,7 +185,7 @@ impl Subcommand {
             Subcommand::CreateSymlinks => &[Flag::Link],
             Subcommand::UpdateLdcache => &[Flag::Folder, Flag::LdconfigPath],
             Subcommand::EnableCudaCompat => &COMPAT,
-            Subcommand::BindMounts => &[],
+            Subcommand::DisableDeviceNodeModification | Subcommand::BindMounts => &[],
             Subcommand::Inject => &[
                 Flag::Link,
                 Flag::Folder,
@@ -377,6 +392,8 @@ pub enum HookCommand {
         /// The versions and folder.
         compat: CudaCompat,
     },
+    /// `disable-device-node-modification`: no flags.
+    DisableDeviceNodeModification,
     /// `bind-mounts`: the `--mount`s only.
     BindMounts,
     /// `inject`: links, then the compat decision, then the cache, as the merged runs did them.
@@ -399,6 +416,7 @@ impl HookCommand {
             HookCommand::CreateSymlinks { .. } => Subcommand::CreateSymlinks,
             HookCommand::UpdateLdcache { .. } => Subcommand::UpdateLdcache,
             HookCommand::EnableCudaCompat { .. } => Subcommand::EnableCudaCompat,
+            HookCommand::DisableDeviceNodeModification => Subcommand::DisableDeviceNodeModification,
             HookCommand::BindMounts => Subcommand::BindMounts,
             HookCommand::Inject { .. } => Subcommand::Inject,
         }
@@ -411,6 +429,7 @@ impl HookCommand {
                 HookCommand::UpdateLdcache { folders: Vec::new(), ldconfig_path: None }
             }
             Subcommand::EnableCudaCompat => HookCommand::EnableCudaCompat { compat: CudaCompat::default() },
+            Subcommand::DisableDeviceNodeModification => HookCommand::DisableDeviceNodeModification,
             Subcommand::BindMounts => HookCommand::BindMounts,
             Subcommand::Inject => HookCommand::Inject {
                 links: Vec::new(),
@@ -479,7 +498,7 @@ impl HookCommand {
             HookCommand::CreateSymlinks { links: l } => links(l, args),
             HookCommand::UpdateLdcache { folders: f, ldconfig_path } => folders(f, ldconfig_path, args),
             HookCommand::EnableCudaCompat { compat: c } => compat(c, args),
-            HookCommand::BindMounts => {}
+            HookCommand::DisableDeviceNodeModification | HookCommand::BindMounts => {}
             HookCommand::Inject { links: l, compat: c, folders: f, ldconfig_path } => {
                 links(l, args);
                 compat(c, args);

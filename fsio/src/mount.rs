@@ -188,6 +188,129 @@ fn move_mount(tree: &OwnedFd, target: &OwnedFd) -> Result<(), Errno> {
     if rc < 0 { Err(Errno::last()) } else { Ok(()) }
 }
 
+// From <linux/mount.h>, for a private tmpfs made without a mountpoint.
+const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
+
+/// Takes ownership of a file descriptor a syscall returned, or its error.
+fn owned_fd(rc: libc::c_long) -> Result<OwnedFd, Errno> {
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as libc::c_int) })
+}
+
+/// A tmpfs that is mounted nowhere (`fsopen` + `fsmount`): what is written into it is reachable
+/// only through the returned fd and the mounts cloned from it.
+fn detached_tmpfs(size: usize) -> Result<OwnedFd, (&'static str, Errno)> {
+    // SAFETY: plain syscalls with NUL-terminated strings; returned fds are owned at once.
+    let fs = owned_fd(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) })
+        .map_err(|e| ("fsopen tmpfs", e))?;
+    let size = CString::new(size.to_string()).expect("digits");
+    for (key, value) in [(c"size", size.as_c_str()), (c"mode", c"0755")] {
+        // SAFETY: as above; `fs` is open for the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                FSCONFIG_SET_STRING,
+                key.as_ptr(),
+                value.as_ptr(),
+                0,
+            )
+        };
+        if rc < 0 {
+            return Err(("fsconfig", Errno::last()));
+        }
+    }
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(("fsconfig create", Errno::last()));
+    }
+    let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    // SAFETY: as above.
+    owned_fd(unsafe {
+        libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs as libc::c_uint)
+    })
+    .map_err(|e| ("fsmount", e))
+}
+
+/// What [`Root::cover_file`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Covered {
+    /// The file now shows the given contents, read-only.
+    Yes,
+    /// There is no such file in the root: nothing to cover.
+    Missing,
+}
+
+impl Root {
+    /// Covers the existing regular file `destination` (resolved inside the root) with a private,
+    /// read-only, `nosuid,nodev,noexec` file holding `contents`, so that processes in this mount
+    /// namespace read `contents` there. Unlike [`Root::bind_mount`] this may cover a file on the
+    /// container's procfs: that is what it is for (`/proc/driver/nvidia/params`), and the source
+    /// is ours, never a host path.
+    ///
+    /// The file lives on a tmpfs that is mounted nowhere, so nothing is left in the container or
+    /// on the host but the one mount. It needs the mount API of Linux 5.12 (`fsopen`,
+    /// `open_tree`, `mount_setattr`, `move_mount`): on an older kernel the error's `error` is
+    /// `ENOSYS`.
+    pub fn cover_file(&self, destination: &Path, contents: &[u8]) -> Result<Covered, BindError> {
+        let fail = |step: &'static str, error: io::Error| BindError {
+            source_path: PathBuf::from("(private tmpfs)"),
+            destination: destination.display().to_string(),
+            root: self.path().display().to_string(),
+            step,
+            error,
+        };
+        let target = match self.resolve_fd(destination, OFlag::O_PATH) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(Covered::Missing),
+            Err(e) => return Err(fail("open the file to cover", crate::root::explain_loop(e.into()))),
+        };
+        let meta = std::fs::metadata(proc_fd(&target)).map_err(|e| fail("stat the file to cover", e))?;
+        if !meta.is_file() {
+            let why = "not a regular file; only a file is covered";
+            return Err(fail("stat the file to cover", io::Error::new(io::ErrorKind::InvalidInput, why)));
+        }
+        let errno = |(step, e): (&'static str, Errno)| fail(step, e.into());
+        let tmpfs = detached_tmpfs(contents.len().max(4096)).map_err(errno)?;
+        let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+        let file = nix::fcntl::openat(&tmpfs, "contents", flags, Mode::from_bits_truncate(0o444))
+            .map_err(|e| fail("create the covering file", e.into()))?;
+        std::io::Write::write_all(&mut std::fs::File::from(file), contents)
+            .map_err(|e| fail("write the covering file", e))?;
+        let clone_flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+        // SAFETY: `tmpfs` is open for the call and the path is a NUL-terminated C string.
+        let tree = owned_fd(unsafe {
+            libc::syscall(libc::SYS_open_tree, tmpfs.as_raw_fd(), c"contents".as_ptr(), clone_flags)
+        })
+        .map_err(|e| fail("open_tree", e.into()))?;
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        mount_setattr(&tree, false, &attr).map_err(|e| fail("mount_setattr", e.into()))?;
+        move_mount(&tree, &target).map_err(|e| fail("move_mount", e.into()))?;
+        Ok(Covered::Yes)
+    }
+}
+
 /// Whether `fd` is on a file system no bind mount may cover or make mountpoints in (the
 /// container's procfs, sysfs or cgroup file system).
 fn forbidden_fs(fd: &impl AsFd) -> io::Result<Option<&'static str>> {

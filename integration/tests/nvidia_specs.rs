@@ -20,7 +20,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// hooks as NVIDIA wrote them: they run `/usr/bin/nvidia-cdi-hook` (create-symlinks,
 /// enable-cuda-compat, update-ldcache, disable-device-node-modification,
 /// update-application-profile), which this node does not have. The shim runs the ones
-/// nvinject-hook implements with nvinject-hook and drops the others (logged).
+/// nvinject-hook implements (all but the last) with nvinject-hook and drops the others (logged).
 fn nvidia_spec(node: &GpuNode) -> Value {
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/golden/nvidia-ctk-1.20.0/h100x8.json");
@@ -37,7 +37,7 @@ fn nvidia_spec(node: &GpuNode) -> Value {
 
 /// What NVIDIA's spec's hooks became, as the shim logs it.
 const TRANSLATED: &str = "create-symlinks=translated,create-symlinks=translated,enable-cuda-compat=translated,\
-update-ldcache=translated,disable-device-node-modification=dropped,update-application-profile=dropped";
+update-ldcache=translated,disable-device-node-modification=translated,update-application-profile=dropped";
 
 #[test]
 fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {

@@ -88,8 +88,7 @@ fn translated_args(argv0: &str, sub_and_args: &[String]) -> Result<Vec<String>, 
 /// the same nvinject-hook runs (same order and timeout; nvinject-hook's minimal environment),
 /// and are then folded like our own specs' runs.
 ///
-/// Any other NVIDIA run (`update-application-profile`, `disable-device-node-modification`,
-/// `chmod`, a flag nvinject-hook does not take) is left as written when NVIDIA's binary is still
+/// Any other NVIDIA run (`update-application-profile`, `chmod`, a flag nvinject-hook does not take) is left as written when NVIDIA's binary is still
 /// at that path (`exists`), so a node that keeps the toolkit installed keeps what it did, and is
 /// otherwise dropped, as NVIDIA's own hook treats a hook it does not know (a warning, and the
 /// container starts). Each is logged with an `nvidia_hook` field, and all are returned.
@@ -277,8 +276,10 @@ fn merge(runs: Vec<HookInvocation>) -> HookInvocation {
                 // Ignored by the hook, and `inject` takes it once: the first is kept.
                 ldconfig_path = ldconfig_path.or(p);
             }
-            HookCommand::BindMounts | HookCommand::Inject { .. } => {
-                unreachable!("leading_nvinject_runs keeps only the spec's runs")
+            HookCommand::DisableDeviceNodeModification
+            | HookCommand::BindMounts
+            | HookCommand::Inject { .. } => {
+                unreachable!("leading_nvinject_runs keeps only the runs inject does")
             }
         }
     }
@@ -612,11 +613,12 @@ mod tests {
                 "create-symlinks=translated",
                 "enable-cuda-compat=translated",
                 "update-ldcache=translated",
-                "disable-device-node-modification=dropped",
+                "disable-device-node-modification=translated",
                 "update-application-profile=dropped"
             ]
         );
-        assert_eq!(hooks.len(), 4);
+        assert_eq!(hooks.len(), 5);
+        assert_eq!(hooks[4].args, ["nvinject-hook", "disable-device-node-modification"]);
         assert!(hooks.iter().all(|h| h.path == HOOK && h.env == nvinject_cdi::minimal_hook_env()));
         assert_eq!(hooks[2].args, ["nvinject-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"]);
         assert_eq!(hooks[3].args, ["nvinject-hook", "update-ldcache", "--folder=/usr/lib/x86_64-linux-gnu"]);
@@ -626,7 +628,13 @@ mod tests {
             let h = h.as_object_mut().unwrap();
             h.remove("hookName");
         }
+        // The four runs before it fold; disable-device-node-modification stays its own run after.
         assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 4));
+        assert_eq!(oci["hooks"]["createContainer"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            oci["hooks"]["createContainer"][1]["args"],
+            args(&["nvinject-hook", "disable-device-node-modification"])
+        );
         assert_eq!(
             oci["hooks"]["createContainer"][0]["args"],
             args(&[
@@ -641,7 +649,7 @@ mod tests {
         // With NVIDIA's binary still installed, what we do not implement is left to it.
         let mut hooks = nvidia_ctk_hooks();
         let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|p| p == "/usr/bin/nvidia-cdi-hook");
-        assert_eq!(actions.iter().filter(|a| a.action == "kept").count(), 2);
+        assert_eq!(actions.iter().filter(|a| a.action == "kept").count(), 1);
         assert_eq!(hooks.len(), 6);
         assert_eq!(hooks[5].path, "/usr/bin/nvidia-cdi-hook");
         assert_eq!(hooks[5].env, ["NVIDIA_CTK_DEBUG=false"]);

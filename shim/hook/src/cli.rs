@@ -5,6 +5,7 @@
 //! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
 //! nvinject-hook enable-cuda-compat --host-driver-version=<version>
+//! nvinject-hook disable-device-node-modification
 //! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
 //! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--host-driver-version=<v>] [--folder <dir> ...]
 //! ```
@@ -67,6 +68,14 @@ pub enum Cmd {
         /// The versions and folder to decide with.
         #[command(flatten)]
         compat: CompatFlags,
+    },
+    /// Make the container read `ModifyDeviceFiles: 0` in /proc/driver/nvidia/params (a private
+    /// read-only copy of the host's file over the container's), so CUDA there never creates or
+    /// changes device nodes; nothing when the host's says 0 already or the container has none.
+    DisableDeviceNodeModification {
+        /// The driver's params file as this process sees it (a test knob: specs never give it).
+        #[arg(long, hide = true, default_value = crate::params::HOST_PARAMS)]
+        params_file: PathBuf,
     },
     /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
     UpdateLdcache {

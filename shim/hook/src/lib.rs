@@ -30,6 +30,7 @@ use nvinject_fsio::root::{LinkOutcome, Root, RootError};
 
 pub mod cli;
 pub mod compat;
+pub mod params;
 
 /// The ld.so.conf.d drop-in the hook writes so later `ldconfig` runs in the container keep the
 /// injected folders.
@@ -77,6 +78,14 @@ pub enum HookError {
     /// `--cuda-compat-container-root` is not absolute.
     #[error("--cuda-compat-container-root {0:?}: give the folder as an absolute path inside the container")]
     BadCompatRoot(String),
+    /// The driver's params file could not be read.
+    #[error("reading the driver's parameters {}: {message}", path.display())]
+    Params {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The container's library cache could not be planned (an unusable `ld.so.conf`, a limit).
     #[error("building the container's ld.so.cache: {0}")]
     Ldcache(#[from] nvinject_ldcache::LdCacheError),

@@ -4,6 +4,7 @@
 //! nvinject-hook create-symlinks --link <target>::<link> [--link ...]
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
 //! nvinject-hook enable-cuda-compat --host-driver-version=<version>
+//! nvinject-hook disable-device-node-modification
 //! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
 //! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--host-driver-version=<v>] [--folder <dir> ...]
 //! ```
@@ -85,6 +86,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         FromDropin,
     }
     let (links, folders, compat) = match cli.command {
+        Cmd::DisableDeviceNodeModification { params_file } => {
+            let outcome = hook::params::disable_device_node_modification(&root, &params_file)?;
+            tracing::debug!(?outcome, "disable-device-node-modification");
+            return Ok(());
+        }
         Cmd::BindMounts => (Vec::new(), None, Compat::None),
         Cmd::CreateSymlinks { links } => (links, None, Compat::None),
         Cmd::EnableCudaCompat { compat } => {

@@ -37,6 +37,11 @@ fn understood(cli: Cli) -> Understood {
             ("update-ldcache", Vec::new(), folders(f), [None, None, None])
         }
         Cmd::EnableCudaCompat { compat } => ("enable-cuda-compat", Vec::new(), Vec::new(), compat_of(compat)),
+        Cmd::DisableDeviceNodeModification { params_file } => {
+            // Specs never give the file: the hook reads the driver's own.
+            assert_eq!(params_file, std::path::Path::new(nvinject_hook::params::HOST_PARAMS));
+            ("disable-device-node-modification", Vec::new(), Vec::new(), [None, None, None])
+        }
         Cmd::BindMounts => ("bind-mounts", Vec::new(), Vec::new(), [None, None, None]),
         Cmd::Inject { links, folders: f, compat, .. } => ("inject", links, folders(f), compat_of(compat)),
     };
@@ -49,7 +54,7 @@ fn expected(run: &HookInvocation) -> Understood {
         HookCommand::CreateSymlinks { links } => (links, &[], &none),
         HookCommand::UpdateLdcache { folders, .. } => (&[], folders, &none),
         HookCommand::EnableCudaCompat { compat } => (&[], &[], compat),
-        HookCommand::BindMounts => (&[], &[], &none),
+        HookCommand::DisableDeviceNodeModification | HookCommand::BindMounts => (&[], &[], &none),
         HookCommand::Inject { links, compat, folders, .. } => (links, folders, compat),
     };
     Understood {
@@ -93,6 +98,7 @@ fn runs() -> Vec<HookInvocation> {
         HookCommand::EnableCudaCompat { compat: driver_only.clone() },
         HookCommand::EnableCudaCompat { compat: compat.clone() },
         HookCommand::EnableCudaCompat { compat: CudaCompat::default() },
+        HookCommand::DisableDeviceNodeModification,
         HookCommand::BindMounts,
         HookCommand::Inject {
             links: lib,
