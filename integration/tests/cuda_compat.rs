@@ -84,7 +84,11 @@ fn newer_compat_libraries_come_first_and_older_ones_do_not() {
     let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
     let hooks = spec["containerEdits"]["hooks"].as_array().unwrap();
     let subs: Vec<&str> = hooks.iter().filter_map(|h| h["args"][1].as_str()).collect();
-    assert_eq!(subs, ["create-symlinks", "enable-cuda-compat", "update-ldcache"], "{hooks:?}");
+    assert_eq!(
+        subs,
+        ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"],
+        "{hooks:?}"
+    );
     assert_eq!(hooks[1]["args"][2], "--host-driver-version=550.54.15");
 
     let newer = compat_image(&node, "560.35.03");
