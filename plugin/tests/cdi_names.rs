@@ -4,31 +4,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use common::{Kubelet, Node, Plugin, ids, kubelet_dir, plugin_args};
 use serde_json::{Value, json};
 
 /// Qualified names of the devices in the spec generated for `node`.
 fn spec_names(node: &Node) -> BTreeSet<String> {
-    let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
     let out = node.tmp.path().join("spec.json");
-    let status = Command::new(cdi)
-        .arg("generate")
-        .arg("--output")
-        .arg(&out)
-        .arg("--driver-root")
-        .arg(node.driver_root())
-        .arg("--dev-root")
-        .arg(node.dev_root())
-        .arg("--proc-root")
-        .arg(node.proc_root())
-        .arg("--sys-root")
-        .arg(node.out.join("host/sys"))
-        .env("NVINJECT_SIM_NODE", node.node_json())
-        .status()
-        .unwrap();
-    assert!(status.success(), "nvinject-cdi generate failed");
+    node.generate_spec(&out);
     let spec: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let kind = spec["kind"].as_str().unwrap().to_owned();
     spec["devices"]

@@ -157,22 +157,7 @@ fn before_the_installer_is_ready_the_plugin_neither_registers_nor_writes_the_spe
     assert!(!spec.exists(), "the spec is the installer's to create: {}", plugin.stderr());
 
     // The installer is done (it wrote the spec, then the ready file).
-    let out = Command::new(&cdi)
-        .args(["generate", "--format", "json", "--hook-path", "/usr/local/nvinject/bin/nvinject-hook"])
-        .arg("--driver-root")
-        .arg(node.driver_root())
-        .arg("--dev-root")
-        .arg(node.dev_root())
-        .arg("--proc-root")
-        .arg(node.proc_root())
-        .arg("--sys-root")
-        .arg(node.out.join("host/sys"))
-        .arg("--output")
-        .arg(&spec)
-        .env("NVINJECT_SIM_NODE", node.node_json())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    node.generate_spec(&spec);
     std::fs::create_dir_all(ready.parent().unwrap()).unwrap();
     std::fs::write(&ready, "ready\n").unwrap();
     k.registered("nvidia.com/gpu");

@@ -111,6 +111,33 @@ impl Node {
         self.out.join("host/proc")
     }
 
+    /// Writes this node's CDI spec to `out` with the real `nvinject-cdi generate` (the format
+    /// from the extension, the default hook path), as the installer does.
+    #[allow(dead_code)] // not every test binary generates a spec
+    pub fn generate_spec(&self, out: &Path) {
+        let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
+        let result = Command::new(cdi)
+            .arg("generate")
+            .arg("--output")
+            .arg(out)
+            .arg("--driver-root")
+            .arg(self.driver_root())
+            .arg("--dev-root")
+            .arg(self.dev_root())
+            .arg("--proc-root")
+            .arg(self.proc_root())
+            .arg("--sys-root")
+            .arg(self.out.join("host/sys"))
+            .env("NVINJECT_SIM_NODE", self.node_json())
+            .output()
+            .unwrap();
+        assert!(
+            result.status.success(),
+            "nvinject-cdi generate failed: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+
     /// UUID of GPU `i` (position in the description).
     pub fn uuid(&self, i: usize) -> String {
         self.description["gpus"][i]["uuid"].as_str().unwrap().to_owned()
