@@ -402,8 +402,9 @@ impl Builder<'_> {
             (!folders.is_empty())
                 .then(|| self.hook(HookCommand::UpdateLdcache { folders, ldconfig_path: None }))
                 .flatten(),
-            // Last, as nvidia-ctk orders it; the spec's other runs fold into one before it.
+            // Last, as nvidia-ctk orders them; the shim folds every run into one `inject` run.
             self.hook(HookCommand::DisableDeviceNodeModification),
+            self.hook(HookCommand::UpdateApplicationProfile),
         ];
         ContainerEdits {
             env,
@@ -976,7 +977,13 @@ mod tests {
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(
             subs(&spec),
-            ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"]
+            [
+                "create-symlinks",
+                "enable-cuda-compat",
+                "update-ldcache",
+                "disable-device-node-modification",
+                "update-application-profile"
+            ]
         );
         o.choices.disabled_hooks = HookKind::ALL.to_vec();
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
@@ -985,12 +992,19 @@ mod tests {
         o.choices.disabled_hooks =
             vec!["update-ldcache".parse().unwrap(), "enable-cuda-compat".parse().unwrap()];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
-        assert_eq!(subs(&spec), ["create-symlinks", "disable-device-node-modification"]);
-        o.choices.disabled_hooks = vec!["disable-device-node-modification".parse().unwrap()];
+        assert_eq!(
+            subs(&spec),
+            ["create-symlinks", "disable-device-node-modification", "update-application-profile"]
+        );
+        o.choices.disabled_hooks = vec![
+            "disable-device-node-modification".parse().unwrap(),
+            "update-application-profile".parse().unwrap(),
+        ];
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
         assert_eq!(subs(&spec), ["create-symlinks", "enable-cuda-compat", "update-ldcache"]);
         assert!("ldcache".parse::<HookKind>().unwrap_err().to_string().contains(
-            "create-symlinks, update-ldcache, enable-cuda-compat or disable-device-node-modification"
+            "create-symlinks, update-ldcache, enable-cuda-compat, disable-device-node-modification or \
+             update-application-profile"
         ));
     }
 

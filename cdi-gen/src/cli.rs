@@ -112,8 +112,8 @@ pub struct GenerateArgs {
     /// Only these devices, comma-separated, by any name (0, 0:1, gpu0, GPU-..., MIG-...).
     #[arg(long, alias = "device-id", value_delimiter = ',', value_name = "IDS")]
     pub device_ids: Option<Vec<String>>,
-    /// Leave out a hook: create-symlinks, update-ldcache, enable-cuda-compat or
-    /// disable-device-node-modification (repeatable).
+    /// Leave out a hook: create-symlinks, update-ldcache, enable-cuda-compat,
+    /// disable-device-node-modification or update-application-profile (repeatable).
     #[arg(long = "disable-hook", value_name = "NAME")]
     pub disabled_hooks: Vec<HookKind>,
     /// The MPS control daemon's pipe directory (its CUDA_MPS_PIPE_DIRECTORY), as the host sees it,

@@ -358,6 +358,8 @@ fn hooks_follow_the_flags() {
             "enable-cuda-compat",
             "--disable-hook",
             "disable-device-node-modification",
+            "--disable-hook",
+            "update-application-profile",
         ],
     )));
     let hooks = &spec.container_edits.hooks;

@@ -51,18 +51,8 @@ const OPTION_DIFFERENCES: &[(&str, &[&str], &[&str], &str)] = &[(
 
 /// Hooks (by subcommand) NVIDIA's spec has and ours need not: NVIDIA's `nvidia-cdi-hook`
 /// features, each either done another way here or a separate part of the work.
-const NVIDIA_ONLY_HOOKS: &[(&str, &str)] = &[
-    (
-        "enable-cuda-compat",
-        "CUDA forward compatibility (an image's newer /usr/local/cuda/compat/libcuda first): our hook's \
-         own subcommand, a separate part of issue 12 (item 2); allowed to be missing until it lands",
-    ),
-    (
-        "update-application-profile",
-        "writes the driver's application-profile file into the container; not a file the driver root \
-         has (issue 12 item 3, its own part)",
-    ),
-];
+/// None today: our specs carry every run NVIDIA's do, and nvinject-hook implements each.
+const NVIDIA_ONLY_HOOKS: &[(&str, &str)] = &[];
 
 /// Environment NVIDIA's spec sets and ours need not.
 const NVIDIA_ONLY_ENV: &[(&str, &str)] = &[(

@@ -83,15 +83,19 @@ pub enum HookKind {
     /// `nvinject-hook disable-device-node-modification`: the container reads `ModifyDeviceFiles: 0`
     /// in `/proc/driver/nvidia/params`, so CUDA in it never tries to make or change device nodes.
     DisableDeviceNodeModification,
+    /// `nvinject-hook update-application-profile`: the driver's application profile in the
+    /// container limits EGL/Vulkan to the GPUs the container was given (`EGLVisibleDGPUDevices`).
+    UpdateApplicationProfile,
 }
 
 impl HookKind {
     /// Every hook, for parsing a name back.
-    pub const ALL: [HookKind; 4] = [
+    pub const ALL: [HookKind; 5] = [
         HookKind::CreateSymlinks,
         HookKind::UpdateLdcache,
         HookKind::EnableCudaCompat,
         HookKind::DisableDeviceNodeModification,
+        HookKind::UpdateApplicationProfile,
     ];
 
     /// The name on the command line and as the hook's subcommand.
@@ -106,6 +110,7 @@ impl HookKind {
             HookKind::UpdateLdcache => Subcommand::UpdateLdcache,
             HookKind::EnableCudaCompat => Subcommand::EnableCudaCompat,
             HookKind::DisableDeviceNodeModification => Subcommand::DisableDeviceNodeModification,
+            HookKind::UpdateApplicationProfile => Subcommand::UpdateApplicationProfile,
         }
     }
 }
@@ -119,8 +124,8 @@ impl fmt::Display for HookKind {
 /// An unknown `--disable-hook` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown hook `{0}`: expected create-symlinks, update-ldcache, enable-cuda-compat or \
-     disable-device-node-modification"
+    "unknown hook `{0}`: expected create-symlinks, update-ldcache, enable-cuda-compat, \
+     disable-device-node-modification or update-application-profile"
 )]
 pub struct UnknownHook(pub String);
 
@@ -132,7 +137,7 @@ impl FromStr for HookKind {
     }
 }
 
-/// Every subcommand of `nvinject-hook`: the four a spec carries, and the two only the shim
+/// Every subcommand of `nvinject-hook`: the five a spec carries, and the two only the shim
 /// writes when it folds a container's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subcommand {
@@ -144,18 +149,22 @@ pub enum Subcommand {
     EnableCudaCompat,
     /// `ModifyDeviceFiles: 0` in the container's view of the driver's params.
     DisableDeviceNodeModification,
+    /// The driver's application profile naming the container's GPUs.
+    UpdateApplicationProfile,
     /// Only the `--mount`s (the shim's own run, when no nvinject run comes first).
     BindMounts,
-    /// The `--mount`s, links, compat decision and cache in one run (the shim's merge).
+    /// The `--mount`s, links, compat decision, cache, params cover and application profile in one
+    /// run (the shim's merge).
     Inject,
 }
 
 impl Subcommand {
-    const ALL: [Subcommand; 6] = [
+    const ALL: [Subcommand; 7] = [
         Subcommand::CreateSymlinks,
         Subcommand::UpdateLdcache,
         Subcommand::EnableCudaCompat,
         Subcommand::DisableDeviceNodeModification,
+        Subcommand::UpdateApplicationProfile,
         Subcommand::BindMounts,
         Subcommand::Inject,
     ];
@@ -167,6 +176,7 @@ impl Subcommand {
             Subcommand::UpdateLdcache => "update-ldcache",
             Subcommand::EnableCudaCompat => "enable-cuda-compat",
             Subcommand::DisableDeviceNodeModification => "disable-device-node-modification",
+            Subcommand::UpdateApplicationProfile => "update-application-profile",
             Subcommand::BindMounts => "bind-mounts",
             Subcommand::Inject => "inject",
         }
@@ -177,7 +187,7 @@ impl Subcommand {
         HookKind::ALL.into_iter().find(|k| k.subcommand() == self)
     }
 
-    /// The flags (each with one value) the subcommand takes after its name.
+    /// The flags the subcommand takes after its name.
     fn flags(self) -> &'static [Flag] {
         const COMPAT: [Flag; 3] =
             [Flag::HostDriverVersion, Flag::HostCudaVersion, Flag::CudaCompatContainerRoot];
@@ -185,7 +195,9 @@ impl Subcommand {
             Subcommand::CreateSymlinks => &[Flag::Link],
             Subcommand::UpdateLdcache => &[Flag::Folder, Flag::LdconfigPath],
             Subcommand::EnableCudaCompat => &COMPAT,
-            Subcommand::DisableDeviceNodeModification | Subcommand::BindMounts => &[],
+            Subcommand::DisableDeviceNodeModification
+            | Subcommand::UpdateApplicationProfile
+            | Subcommand::BindMounts => &[],
             Subcommand::Inject => &[
                 Flag::Link,
                 Flag::Folder,
@@ -193,6 +205,8 @@ impl Subcommand {
                 Flag::HostDriverVersion,
                 Flag::HostCudaVersion,
                 Flag::CudaCompatContainerRoot,
+                Flag::DisableDeviceNodeModification,
+                Flag::UpdateApplicationProfile,
             ],
         }
     }
@@ -215,7 +229,8 @@ impl FromStr for Subcommand {
     }
 }
 
-/// A flag of `nvinject-hook`; each takes one value. Readers that look at a spec's argv without
+/// A flag of `nvinject-hook`; each takes one value but the two switches that stand for the runs
+/// of the same names in `inject`. Readers that look at a spec's argv without
 /// parsing all of it (the shim's capability filter) name flags through this, never as literals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Flag {
@@ -233,10 +248,14 @@ pub enum Flag {
     HostCudaVersion,
     /// `--cuda-compat-container-root=<dir>`.
     CudaCompatContainerRoot,
+    /// `--disable-device-node-modification`, a switch: `inject` also does that run's work.
+    DisableDeviceNodeModification,
+    /// `--update-application-profile`, a switch: `inject` also does that run's work.
+    UpdateApplicationProfile,
 }
 
 impl Flag {
-    const ALL: [Flag; 7] = [
+    const ALL: [Flag; 9] = [
         Flag::Mount,
         Flag::Link,
         Flag::Folder,
@@ -244,6 +263,8 @@ impl Flag {
         Flag::HostDriverVersion,
         Flag::HostCudaVersion,
         Flag::CudaCompatContainerRoot,
+        Flag::DisableDeviceNodeModification,
+        Flag::UpdateApplicationProfile,
     ];
 
     /// The flag with its dashes: `--link`.
@@ -256,7 +277,14 @@ impl Flag {
             Flag::HostDriverVersion => "--host-driver-version",
             Flag::HostCudaVersion => "--host-cuda-version",
             Flag::CudaCompatContainerRoot => "--cuda-compat-container-root",
+            Flag::DisableDeviceNodeModification => "--disable-device-node-modification",
+            Flag::UpdateApplicationProfile => "--update-application-profile",
         }
+    }
+
+    /// Whether the flag is a switch, given alone (no value).
+    pub fn is_switch(self) -> bool {
+        matches!(self, Flag::DisableDeviceNodeModification | Flag::UpdateApplicationProfile)
     }
 
     /// The flag's name without dashes: `link`.
@@ -394,9 +422,12 @@ pub enum HookCommand {
     },
     /// `disable-device-node-modification`: no flags.
     DisableDeviceNodeModification,
+    /// `update-application-profile`: no flags.
+    UpdateApplicationProfile,
     /// `bind-mounts`: the `--mount`s only.
     BindMounts,
-    /// `inject`: links, then the compat decision, then the cache, as the merged runs did them.
+    /// `inject`: links, then the compat decision, then the cache, then the params cover and the
+    /// application profile, as the merged runs did them.
     Inject {
         /// As create-symlinks'.
         links: Vec<HookLink>,
@@ -406,6 +437,10 @@ pub enum HookCommand {
         folders: Vec<String>,
         /// As update-ldcache's.
         ldconfig_path: Option<String>,
+        /// `--disable-device-node-modification`: that run's work, after the cache.
+        disable_device_node_modification: bool,
+        /// `--update-application-profile`: that run's work, last.
+        update_application_profile: bool,
     },
 }
 
@@ -417,6 +452,7 @@ impl HookCommand {
             HookCommand::UpdateLdcache { .. } => Subcommand::UpdateLdcache,
             HookCommand::EnableCudaCompat { .. } => Subcommand::EnableCudaCompat,
             HookCommand::DisableDeviceNodeModification => Subcommand::DisableDeviceNodeModification,
+            HookCommand::UpdateApplicationProfile => Subcommand::UpdateApplicationProfile,
             HookCommand::BindMounts => Subcommand::BindMounts,
             HookCommand::Inject { .. } => Subcommand::Inject,
         }
@@ -430,18 +466,22 @@ impl HookCommand {
             }
             Subcommand::EnableCudaCompat => HookCommand::EnableCudaCompat { compat: CudaCompat::default() },
             Subcommand::DisableDeviceNodeModification => HookCommand::DisableDeviceNodeModification,
+            Subcommand::UpdateApplicationProfile => HookCommand::UpdateApplicationProfile,
             Subcommand::BindMounts => HookCommand::BindMounts,
             Subcommand::Inject => HookCommand::Inject {
                 links: Vec::new(),
                 compat: CudaCompat::default(),
                 folders: Vec::new(),
                 ldconfig_path: None,
+                disable_device_node_modification: false,
+                update_application_profile: false,
             },
         }
     }
 
-    /// Stores one flag value; `flag` is one the subcommand takes.
-    fn set(&mut self, flag: Flag, value: &str) -> Result<(), HookArgsError> {
+    /// Stores one flag value (`None` for a switch); `flag` is one the subcommand takes.
+    fn set(&mut self, flag: Flag, value: Option<&str>) -> Result<(), HookArgsError> {
+        let Some(value) = value else { return self.switch_on(flag) };
         let once = |slot: &mut Option<String>| match slot {
             Some(_) => Err(HookArgsError::Repeated(flag.name())),
             None => {
@@ -473,6 +513,20 @@ impl HookCommand {
         }
     }
 
+    /// Turns on a switch; given twice is refused, as for valued flags.
+    fn switch_on(&mut self, flag: Flag) -> Result<(), HookArgsError> {
+        let HookCommand::Inject { disable_device_node_modification, update_application_profile, .. } = self
+        else {
+            unreachable!("only inject takes switches")
+        };
+        let switch = match flag {
+            Flag::DisableDeviceNodeModification => disable_device_node_modification,
+            Flag::UpdateApplicationProfile => update_application_profile,
+            _ => unreachable!("only switches come without a value"),
+        };
+        if std::mem::replace(switch, true) { Err(HookArgsError::Repeated(flag.name())) } else { Ok(()) }
+    }
+
     fn push_args(&self, form: FlagForm, args: &mut Vec<String>) {
         let links = |links: &[HookLink], args: &mut Vec<String>| {
             for l in links {
@@ -498,11 +552,28 @@ impl HookCommand {
             HookCommand::CreateSymlinks { links: l } => links(l, args),
             HookCommand::UpdateLdcache { folders: f, ldconfig_path } => folders(f, ldconfig_path, args),
             HookCommand::EnableCudaCompat { compat: c } => compat(c, args),
-            HookCommand::DisableDeviceNodeModification | HookCommand::BindMounts => {}
-            HookCommand::Inject { links: l, compat: c, folders: f, ldconfig_path } => {
+            HookCommand::DisableDeviceNodeModification
+            | HookCommand::UpdateApplicationProfile
+            | HookCommand::BindMounts => {}
+            HookCommand::Inject {
+                links: l,
+                compat: c,
+                folders: f,
+                ldconfig_path,
+                disable_device_node_modification,
+                update_application_profile,
+            } => {
                 links(l, args);
                 compat(c, args);
                 folders(f, ldconfig_path, args);
+                for (on, flag) in [
+                    (*disable_device_node_modification, Flag::DisableDeviceNodeModification),
+                    (*update_application_profile, Flag::UpdateApplicationProfile),
+                ] {
+                    if on {
+                        args.push(flag.long().to_owned());
+                    }
+                }
             }
         }
     }
@@ -556,7 +627,7 @@ impl HookInvocation {
 
     /// Parses an argv (argv\[0\] first) by nvinject-hook's grammar: `--mount`s, then a
     /// subcommand, then that subcommand's flags, each `--name value` or `--name=value` (the
-    /// argument after `--name` is its value whatever it looks like). The form is
+    /// argument after `--name` is its value whatever it looks like), switches alone. The form is
     /// [`FlagForm::Joined`] when any link, folder or ldconfig-path value was given joined.
     pub fn parse<S: AsRef<str>>(argv: &[S]) -> Result<HookInvocation, HookArgsError> {
         let (argv0, rest) = argv.split_first().ok_or(HookArgsError::NoSubcommand)?;
@@ -571,6 +642,12 @@ impl HookInvocation {
             };
             let flag = Flag::ALL.into_iter().find(|f| f.name() == name).filter(|f| allowed.contains(f));
             let flag = flag.ok_or_else(|| HookArgsError::FlagNotTaken(name.to_owned()))?;
+            if flag.is_switch() {
+                return match joined {
+                    Some(_) => Err(HookArgsError::SwitchWithValue(flag.name())),
+                    None => Ok((flag, None)),
+                };
+            }
             let value = match joined {
                 Some(v) => {
                     // Values starting with `-` are joined in either form, so they do not tell it.
@@ -581,7 +658,7 @@ impl HookInvocation {
                 }
                 None => rest.next().ok_or(HookArgsError::NoValue(flag.name()))?.to_owned(),
             };
-            Ok::<_, HookArgsError>((flag, value))
+            Ok::<_, HookArgsError>((flag, Some(value)))
         };
         let sub = loop {
             let arg = rest.next().ok_or(HookArgsError::NoSubcommand)?;
@@ -589,7 +666,7 @@ impl HookInvocation {
                 break arg.parse::<Subcommand>()?;
             }
             let (_, value) = flag_value(arg, &mut rest, &[Flag::Mount])?;
-            mounts.push(HookMount::parse(&value)?);
+            mounts.push(HookMount::parse(value.as_deref().unwrap_or_default())?);
         };
         let mut command = HookCommand::empty(sub);
         while let Some(arg) = rest.next() {
@@ -599,7 +676,7 @@ impl HookInvocation {
                 }
                 e => e,
             })?;
-            command.set(flag, &value)?;
+            command.set(flag, value.as_deref())?;
         }
         Ok(HookInvocation { argv0: argv0.as_ref().to_owned(), mounts, command, form })
     }
@@ -631,9 +708,12 @@ pub enum HookArgsError {
         /// The subcommand.
         subcommand: Subcommand,
     },
-    /// A single-valued flag given twice.
+    /// A single-valued flag or a switch given twice.
     #[error("--{0} is given twice")]
     Repeated(&'static str),
+    /// A switch given `--switch=value`.
+    #[error("--{0} takes no value")]
+    SwitchWithValue(&'static str),
     /// A `--link` value that is not `target::/link`.
     #[error("--link {0:?}: expected <target>::<link> with an absolute link path")]
     BadLink(String),
@@ -694,7 +774,7 @@ mod tests {
             run.mounts,
             [HookMount { source: "/a".into(), destination: "/b".into(), options: args(&["rbind", "ro"]) }]
         );
-        let refused: [(&[&str], &str); 9] = [
+        let refused: [(&[&str], &str); 12] = [
             (&["x"], "no subcommand"),
             (&["x", "chmod"], "does not implement chmod"),
             (&["x", "update-ldcache", "stray"], "unexpected argument \"stray\""),
@@ -707,6 +787,15 @@ mod tests {
             (&["x", "inject", "--host-driver-version=1", "--host-driver-version=2"], "given twice"),
             (&["x", "create-symlinks", "--link", "a::b"], "absolute link path"),
             (&["x", "--link", "a::/b", "create-symlinks"], "before its subcommand"),
+            (&["x", "inject", "--update-application-profile=1"], "takes no value"),
+            (
+                &["x", "inject", "--disable-device-node-modification", "--disable-device-node-modification"],
+                "given twice",
+            ),
+            (
+                &["x", "update-ldcache", "--update-application-profile"],
+                "flag --update-application-profile is not one nvinject-hook update-ldcache takes",
+            ),
         ];
         for (argv, want) in refused {
             let e = HookInvocation::parse(argv).unwrap_err().to_string();
@@ -755,12 +844,16 @@ mod tests {
                 .prop_map(|(folders, ldconfig_path)| HookCommand::UpdateLdcache { folders, ldconfig_path }),
             compat().prop_map(|compat| HookCommand::EnableCudaCompat { compat }),
             Just(HookCommand::BindMounts),
-            (links(), compat(), folders(), proptest::option::of(value())).prop_map(
-                |(links, compat, folders, ldconfig_path)| HookCommand::Inject {
+            Just(HookCommand::DisableDeviceNodeModification),
+            Just(HookCommand::UpdateApplicationProfile),
+            (links(), compat(), folders(), proptest::option::of(value()), any::<(bool, bool)>()).prop_map(
+                |(links, compat, folders, ldconfig_path, (ddnm, profile))| HookCommand::Inject {
                     links,
                     compat,
                     folders,
-                    ldconfig_path
+                    ldconfig_path,
+                    disable_device_node_modification: ddnm,
+                    update_application_profile: profile,
                 }
             ),
         ]

@@ -86,7 +86,13 @@ fn newer_compat_libraries_come_first_and_older_ones_do_not() {
     let subs: Vec<&str> = hooks.iter().filter_map(|h| h["args"][1].as_str()).collect();
     assert_eq!(
         subs,
-        ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"],
+        [
+            "create-symlinks",
+            "enable-cuda-compat",
+            "update-ldcache",
+            "disable-device-node-modification",
+            "update-application-profile"
+        ],
         "{hooks:?}"
     );
     assert_eq!(hooks[1]["args"][2], "--host-driver-version=550.54.15");
@@ -105,8 +111,9 @@ fn newer_compat_libraries_come_first_and_older_ones_do_not() {
         let (libcuda, conf_d, create) = run(&node, &id, &newer);
         assert_eq!(libcuda, [compat_libcuda.clone(), HOST_LIBCUDA.to_owned()], "{id}: compat first");
         assert!(conf_d.iter().any(|f| f == "00-compat-nvinject.conf"), "{id}: {conf_d:?}");
-        // One process for the links, the decision and the cache, or each run on its own.
-        assert_eq!(create["hooks_merged"], if one_run { 3 } else { 0 }, "{id}: {create}");
+        // One process for the links, the decision, the cache, the params cover and the profile, or
+        // each run on its own.
+        assert_eq!(create["hooks_merged"], if one_run { 5 } else { 0 }, "{id}: {create}");
         ids.push(id);
 
         for (what, image) in [("old", &older), ("same", &same_major)] {

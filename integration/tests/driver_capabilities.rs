@@ -98,6 +98,8 @@ fn driver_capabilities_select_the_injected_files_of_env_requests() {
     }
     assert!(ldconfig_has(report, "libnvidia-ml.so.1"), "{}", report["ldconfig"]);
     assert!(!ldconfig_has(report, "libcuda.so"), "{}", report["ldconfig"]);
+    // The application profile is graphics' (EGL/Vulkan): not written for utility.
+    assert_eq!(report["application_profile"], Value::Null);
     assert_eq!(report["nvml"]["dlopen"], "ok", "{}", report["nvml"]);
     let smi = report["nvidia_smi"]["lines"].as_array().cloned().unwrap_or_default();
     assert_eq!(smi.len(), 1, "{smi:?}");
@@ -135,6 +137,9 @@ fn driver_capabilities_select_the_injected_files_of_env_requests() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(mounted(run.report(), &spec), spec);
     assert_eq!(create_line(&node, "caps-all")["left_out"], 0);
+    // With graphics, the application profile names GPU 3 only (minor 3: bit 3).
+    let profile = run.report()["application_profile"]["text"].as_str().unwrap_or_default();
+    assert!(profile.contains(r#"["EGLVisibleDGPUDevices",0x8]"#), "{}", run.report()["application_profile"]);
     assert_devices(run.report());
 
     node.assert_no_leftovers(&["caps-utility", "caps-compute", "caps-unset", "caps-all"]);

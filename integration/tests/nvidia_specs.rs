@@ -19,8 +19,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// nvidia-ctk's recorded h100x8 spec with this node's roots in place of its placeholders, its
 /// hooks as NVIDIA wrote them: they run `/usr/bin/nvidia-cdi-hook` (create-symlinks,
 /// enable-cuda-compat, update-ldcache, disable-device-node-modification,
-/// update-application-profile), which this node does not have. The shim runs the ones
-/// nvinject-hook implements (all but the last) with nvinject-hook and drops the others (logged).
+/// update-application-profile), which this node does not have. The shim runs them with
+/// nvinject-hook, which implements each (logged).
 fn nvidia_spec(node: &GpuNode) -> Value {
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/golden/nvidia-ctk-1.20.0/h100x8.json");
@@ -37,7 +37,7 @@ fn nvidia_spec(node: &GpuNode) -> Value {
 
 /// What NVIDIA's spec's hooks became, as the shim logs it.
 const TRANSLATED: &str = "create-symlinks=translated,create-symlinks=translated,enable-cuda-compat=translated,\
-update-ldcache=translated,disable-device-node-modification=translated,update-application-profile=dropped";
+update-ldcache=translated,disable-device-node-modification=translated,update-application-profile=translated";
 
 #[test]
 fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
@@ -121,8 +121,8 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     let lines = create_lines(&node, "nv0");
     assert_eq!(lines[0]["injected"], "nvidia.com/gpu=0");
     assert_eq!(lines[0]["nvidia_hooks"], TRANSLATED, "{}", lines[0]);
-    // The four translated runs became one, with the mounts.
-    assert_eq!(lines[0]["hooks_merged"], 4, "{}", lines[0]);
+    // The six translated runs (two create-symlinks) became one, with the mounts.
+    assert_eq!(lines[0]["hooks_merged"], 6, "{}", lines[0]);
     let moved = lines[0]["mounts_in_hook"].as_u64().unwrap_or(0) as usize;
     assert!(moved > 0 && moved <= wanted.len(), "{}", lines[0]);
 
@@ -230,4 +230,14 @@ fn assert_hooks_did_their_work(node: &GpuNode, id: &str, report: &Value) {
     assert!(!conf_d.iter().any(|f| f.starts_with("00-compat")), "{id}: {conf_d:?}");
     assert_eq!(report["nvml"]["dlopen"], "ok", "{id}: {}", report["nvml"]);
     assert_eq!(report["nvml"]["uuids"], serde_json::json!([node.gpu_uuid(0)]), "{id}: {}", report["nvml"]);
+    // update-application-profile: EGL/Vulkan limited to GPU 0 (minor 0: bit 0), as NVIDIA's
+    // hook writes it.
+    assert_eq!(
+        report["application_profile"],
+        serde_json::json!({
+            "text": r#"{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x1]}],"rules":[{"pattern":[],"profile":"_container_"}]}"#,
+            "mode": "444"
+        }),
+        "{id}"
+    );
 }

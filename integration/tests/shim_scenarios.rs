@@ -658,8 +658,9 @@ fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
     let line = create_line(&node, "s10-hook");
     let spec_mounts = spec["containerEdits"]["mounts"].as_array().unwrap().len();
     assert_eq!(line["mounts_in_hook"], spec_mounts, "every injected mount goes to the hook: {line}");
-    // create-symlinks, enable-cuda-compat, update-ldcache.
-    assert_eq!(line["hooks_merged"], 3, "{line}");
+    // create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification,
+    // update-application-profile: one hook process.
+    assert_eq!(line["hooks_merged"], 5, "{line}");
 
     // The same container with the mounts left to runc (the proxy reads its config per start).
     node.set_one_hook_run(false).unwrap();

@@ -449,8 +449,9 @@ const HOOK_PROGRAMS: [&str; 3] = [nvinject::HOOK_PROGRAM, nvinject::NVIDIA_CDI_H
 fn hook_class(subcommand: &str) -> Option<&'static [Capability]> {
     match subcommand {
         s if s == HookKind::EnableCudaCompat.as_str() => Some(COMPUTE),
-        "update-application-profile" => Some(GRAPHICS),
-        "disable-device-node-modification" | "chmod" => Some(ALWAYS),
+        s if s == HookKind::UpdateApplicationProfile.as_str() => Some(GRAPHICS),
+        s if s == HookKind::DisableDeviceNodeModification.as_str() => Some(ALWAYS),
+        "chmod" => Some(ALWAYS),
         _ => None,
     }
 }

@@ -1,12 +1,13 @@
 //! Folding what a GPU adds to a container's start into one `nvinject-hook` process: the injected
-//! bind mounts, and the spec's own `create-symlinks` and `update-ldcache` runs.
+//! bind mounts, and the spec's own runs (`create-symlinks`, `enable-cuda-compat`,
+//! `update-ldcache`, `disable-device-node-modification`, `update-application-profile`).
 //!
 //! Measured with `runc run` on the config.json of a 1-GPU container (bench notes in the issue 11
 //! closing note): runc makes each mount in `config.json` one at a time (38 driver files: +12 ms
 //! over none), and each hook process costs it about 3 ms before the hook does anything; the
 //! library cache, rebuilt by scanning every library of the image, was another 5 ms. Here the
 //! mounts go to the hook, which makes each in three syscalls with the mountpoint resolved inside
-//! the rootfs (`nvinject_fsio::mount`), the two runs become one `inject` run, and that run, knowing
+//! the rootfs (`nvinject_fsio::mount`), the spec's runs become one `inject` run, and that run, knowing
 //! what it mounted, builds the cache from the image's own (`nvinject_ldcache::plan_incremental`).
 //!
 //! The CDI spec is not changed (other runtimes applying it get every mount and hook from it) and
@@ -37,7 +38,7 @@ use nvinject_cdi::{HOOK_ENV, Mount};
 use nvinject_hook::Bind;
 
 /// What [`translate_nvidia_hooks`] did with one NVIDIA hook run, by subcommand
-/// (`create-symlinks=translated`, `update-application-profile=dropped`, ...).
+/// (`create-symlinks=translated`, `chmod=dropped`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvidiaHookAction {
     /// The NVIDIA subcommand (or the whole argv when it has none).
@@ -84,12 +85,13 @@ fn translated_args(argv0: &str, sub_and_args: &[String]) -> Result<Vec<String>, 
 }
 
 /// Runs the hooks NVIDIA's tools wrote with nvinject-hook (`hook_path`) where it implements
-/// them: `create-symlinks`, `update-ldcache` and `enable-cuda-compat` createContainer runs become
-/// the same nvinject-hook runs (same order and timeout; nvinject-hook's minimal environment),
-/// and are then folded like our own specs' runs.
+/// them: `create-symlinks`, `enable-cuda-compat`, `update-ldcache`,
+/// `disable-device-node-modification` and `update-application-profile` createContainer runs
+/// become the same nvinject-hook runs (same order and timeout; nvinject-hook's minimal
+/// environment), and are then folded like our own specs' runs.
 ///
-/// Any other NVIDIA run (`update-application-profile`, `chmod`, a flag nvinject-hook does not take) is left as written when NVIDIA's binary is still
-/// at that path (`exists`), so a node that keeps the toolkit installed keeps what it did, and is
+/// Any other NVIDIA run (the older `chmod`, a flag nvinject-hook does not take) is left as
+/// written when NVIDIA's binary is still at that path (`exists`), so a node that keeps the toolkit installed keeps what it did, and is
 /// otherwise dropped, as NVIDIA's own hook treats a hook it does not know (a warning, and the
 /// container starts). Each is logged with an `nvidia_hook` field, and all are returned.
 pub fn translate_nvidia_hooks(
@@ -221,12 +223,14 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
 }
 
 /// The spec's leading createContainer runs of `nvinject-hook` at `hook_path` that `inject` can
-/// stand in for, parsed: `create-symlinks` runs, at most one `enable-cuda-compat` run, then
-/// `update-ldcache` runs (the order `inject` does them in), with no timeout or `--mount` of their
-/// own. A run the hook's grammar does not accept ends them (the hook reports it when it runs).
+/// stand in for, parsed: `create-symlinks` runs, at most one `enable-cuda-compat` run,
+/// `update-ldcache` runs, at most one `disable-device-node-modification` run and at most one
+/// `update-application-profile` run (the order `inject` does them in, and NVIDIA's), with no
+/// timeout or `--mount` of their own. A run the hook's grammar does not accept ends them (the hook
+/// reports it when it runs).
 fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocation> {
     // 0: create-symlinks runs, 1: after the enable-cuda-compat run (at most one: its flags can be
-    // given once), 2: update-ldcache runs.
+    // given once), 2: update-ldcache runs, 3: after the params run, 4: after the profile run.
     let mut phase = 0;
     let mut runs = Vec::new();
     for hook in create {
@@ -237,16 +241,12 @@ fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocatio
         let Some(run) = args.filter(|_| ours).and_then(|a| HookInvocation::parse(&a).ok()) else { break };
         let in_order = run.mounts.is_empty()
             && match run.command {
-                HookCommand::CreateSymlinks { .. } => phase == 0,
-                HookCommand::EnableCudaCompat { .. } if phase == 0 => {
-                    phase = 1;
-                    true
-                }
-                HookCommand::UpdateLdcache { .. } => {
-                    phase = 2;
-                    true
-                }
-                _ => false,
+                HookCommand::CreateSymlinks { .. } => advance(&mut phase, 0, false),
+                HookCommand::EnableCudaCompat { .. } => advance(&mut phase, 1, true),
+                HookCommand::UpdateLdcache { .. } => advance(&mut phase, 2, false),
+                HookCommand::DisableDeviceNodeModification => advance(&mut phase, 3, true),
+                HookCommand::UpdateApplicationProfile => advance(&mut phase, 4, true),
+                HookCommand::BindMounts | HookCommand::Inject { .. } => false,
             };
         if !in_order {
             break;
@@ -256,6 +256,16 @@ fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocatio
     runs
 }
 
+/// Moves `phase` on to `next` when a run of that phase may come now: at or after the current
+/// phase, or strictly after it for a run that may be given only `once`.
+fn advance(phase: &mut u8, next: u8, once: bool) -> bool {
+    let in_order = if once { *phase < next } else { *phase <= next };
+    if in_order {
+        *phase = next;
+    }
+    in_order
+}
+
 /// One `inject` run doing what `runs` (from [`leading_nvinject_runs`]) did, in their order; its
 /// values are written joined when any run wrote them so.
 fn merge(runs: Vec<HookInvocation>) -> HookInvocation {
@@ -263,6 +273,8 @@ fn merge(runs: Vec<HookInvocation>) -> HookInvocation {
     let mut compat = CudaCompat::default();
     let mut folders = Vec::new();
     let mut ldconfig_path = None;
+    let mut disable_device_node_modification = false;
+    let mut update_application_profile = false;
     let mut form = FlagForm::Separate;
     for run in runs {
         if run.form == FlagForm::Joined {
@@ -276,16 +288,23 @@ fn merge(runs: Vec<HookInvocation>) -> HookInvocation {
                 // Ignored by the hook, and `inject` takes it once: the first is kept.
                 ldconfig_path = ldconfig_path.or(p);
             }
-            HookCommand::DisableDeviceNodeModification
-            | HookCommand::BindMounts
-            | HookCommand::Inject { .. } => {
+            HookCommand::DisableDeviceNodeModification => disable_device_node_modification = true,
+            HookCommand::UpdateApplicationProfile => update_application_profile = true,
+            HookCommand::BindMounts | HookCommand::Inject { .. } => {
                 unreachable!("leading_nvinject_runs keeps only the runs inject does")
             }
         }
     }
     HookInvocation {
         form,
-        ..HookInvocation::new(HookCommand::Inject { links, compat, folders, ldconfig_path })
+        ..HookInvocation::new(HookCommand::Inject {
+            links,
+            compat,
+            folders,
+            ldconfig_path,
+            disable_device_node_modification,
+            update_application_profile,
+        })
     }
 }
 
@@ -614,11 +633,12 @@ mod tests {
                 "enable-cuda-compat=translated",
                 "update-ldcache=translated",
                 "disable-device-node-modification=translated",
-                "update-application-profile=dropped"
+                "update-application-profile=translated"
             ]
         );
-        assert_eq!(hooks.len(), 5);
+        assert_eq!(hooks.len(), 6);
         assert_eq!(hooks[4].args, ["nvinject-hook", "disable-device-node-modification"]);
+        assert_eq!(hooks[5].args, ["nvinject-hook", "update-application-profile"]);
         assert!(hooks.iter().all(|h| h.path == HOOK && h.env == nvinject_cdi::minimal_hook_env()));
         assert_eq!(hooks[2].args, ["nvinject-hook", "enable-cuda-compat", "--host-driver-version=550.54.15"]);
         assert_eq!(hooks[3].args, ["nvinject-hook", "update-ldcache", "--folder=/usr/lib/x86_64-linux-gnu"]);
@@ -628,13 +648,9 @@ mod tests {
             let h = h.as_object_mut().unwrap();
             h.remove("hookName");
         }
-        // The four runs before it fold; disable-device-node-modification stays its own run after.
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 4));
-        assert_eq!(oci["hooks"]["createContainer"].as_array().unwrap().len(), 2);
-        assert_eq!(
-            oci["hooks"]["createContainer"][1]["args"],
-            args(&["nvinject-hook", "disable-device-node-modification"])
-        );
+        // All six fold into one process, the last two as inject's switches.
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 6));
+        assert_eq!(oci["hooks"]["createContainer"].as_array().unwrap().len(), 1);
         assert_eq!(
             oci["hooks"]["createContainer"][0]["args"],
             args(&[
@@ -643,16 +659,23 @@ mod tests {
                 "--link=../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so",
                 "--link=libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
                 "--host-driver-version=550.54.15",
-                "--folder=/usr/lib/x86_64-linux-gnu"
+                "--folder=/usr/lib/x86_64-linux-gnu",
+                "--disable-device-node-modification",
+                "--update-application-profile"
             ])
         );
-        // With NVIDIA's binary still installed, what we do not implement is left to it.
+        // With NVIDIA's binary still installed, what we do not implement (the older `chmod`) is
+        // left to it.
         let mut hooks = nvidia_ctk_hooks();
+        hooks.push(nv_hook(
+            "/usr/bin/nvidia-cdi-hook",
+            &["nvidia-cdi-hook", "chmod", "--mode", "755", "--path", "/dev/dri"],
+        ));
         let actions = translate_nvidia_hooks(&mut hooks, HOOK, &|p| p == "/usr/bin/nvidia-cdi-hook");
         assert_eq!(actions.iter().filter(|a| a.action == "kept").count(), 1);
-        assert_eq!(hooks.len(), 6);
-        assert_eq!(hooks[5].path, "/usr/bin/nvidia-cdi-hook");
-        assert_eq!(hooks[5].env, ["NVIDIA_CTK_DEBUG=false"]);
+        assert_eq!(hooks.len(), 7);
+        assert_eq!(hooks[6].path, "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(hooks[6].env, ["NVIDIA_CTK_DEBUG=false"]);
     }
 
     #[test]

@@ -58,6 +58,7 @@ fn report() -> Value {
         "mounts": mounts(),
         "ldconfig": command_lines("/sbin/ldconfig", &["-p"]),
         "ld_so_conf_d": dir_names("/etc/ld.so.conf.d"),
+        "application_profile": application_profile(),
         "nvml": nvml(),
         "nvidia_smi": if Path::new("/usr/bin/nvidia-smi").exists() { command_lines("/usr/bin/nvidia-smi", &["-L"]) } else { json!(null) },
     })
@@ -144,6 +145,18 @@ fn command_lines(program: &str, args: &[&str]) -> Value {
             json!({"status": out.status.code(), "lines": text.lines().collect::<Vec<_>>()})
         }
         Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
+/// The driver's application profile the hook writes (its text and mode), or null.
+fn application_profile() -> Value {
+    use std::os::unix::fs::PermissionsExt;
+    let path = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
+    match (std::fs::read_to_string(path), std::fs::metadata(path)) {
+        (Ok(text), Ok(meta)) => {
+            json!({"text": text, "mode": format!("{:o}", meta.permissions().mode() & 0o7777)})
+        }
+        _ => json!(null),
     }
 }
 

@@ -6,8 +6,10 @@
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
 //! nvinject-hook enable-cuda-compat --host-driver-version=<version>
 //! nvinject-hook disable-device-node-modification
+//! nvinject-hook update-application-profile
 //! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
 //! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--host-driver-version=<v>] [--folder <dir> ...]
+//!     [--disable-device-node-modification] [--update-application-profile]
 //! ```
 
 use std::path::PathBuf;
@@ -43,9 +45,10 @@ pub enum Cmd {
     },
     /// Only the `--mount`s (the shim's own hook run, when no nvinject hook runs first).
     BindMounts,
-    /// The `--mount`s, then create-symlinks' links, then update-ldcache's cache, in one run (the
-    /// shim merges a spec's runs into this); the cache is built from the image's own plus what
-    /// this run mounted and linked.
+    /// The `--mount`s, then create-symlinks' links, then update-ldcache's cache, then what
+    /// disable-device-node-modification and update-application-profile do, in one run (the shim
+    /// merges a spec's runs into this); the cache is built from the image's own plus what this
+    /// run mounted and linked.
     Inject {
         /// As create-symlinks' `--link`.
         #[arg(long = "link")]
@@ -60,6 +63,15 @@ pub enum Cmd {
         /// compat folder first).
         #[command(flatten)]
         compat: CompatFlags,
+        /// Also do disable-device-node-modification's work, after the cache.
+        #[arg(long)]
+        disable_device_node_modification: bool,
+        /// Also do update-application-profile's work, last.
+        #[arg(long)]
+        update_application_profile: bool,
+        /// As disable-device-node-modification's (a test knob: specs never give it).
+        #[arg(long, hide = true, default_value = crate::params::HOST_PARAMS)]
+        params_file: PathBuf,
     },
     /// Let the image's CUDA forward-compatibility libraries (`/usr/local/cuda/compat`) come first
     /// in the loader's order when they are newer than the host driver (NVIDIA's semantics); a
@@ -77,6 +89,9 @@ pub enum Cmd {
         #[arg(long, hide = true, default_value = crate::params::HOST_PARAMS)]
         params_file: PathBuf,
     },
+    /// Write the driver's application profile limiting EGL/Vulkan to the container's GPUs (the
+    /// `/dev/nvidia<N>` devices it has), as NVIDIA's hook of that name does; nothing without one.
+    UpdateApplicationProfile,
     /// Rebuild the container's ld.so.cache (natively, inside the root; no ldconfig is run).
     UpdateLdcache {
         /// A folder (inside the container) holding injected libraries.

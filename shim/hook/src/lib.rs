@@ -28,6 +28,7 @@ use serde::Deserialize;
 use nvinject_fsio::mount::{BindError, BindOptions, MountApi};
 use nvinject_fsio::root::{LinkOutcome, Root, RootError};
 
+pub mod app_profile;
 pub mod cli;
 pub mod compat;
 pub mod params;

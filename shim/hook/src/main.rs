@@ -5,8 +5,10 @@
 //! nvinject-hook update-ldcache --folder <dir> [--folder ...]
 //! nvinject-hook enable-cuda-compat --host-driver-version=<version>
 //! nvinject-hook disable-device-node-modification
+//! nvinject-hook update-application-profile
 //! nvinject-hook [--mount <source>::<destination>::<options> ...] bind-mounts
 //! nvinject-hook [--mount ...] inject [--link <target>::<link> ...] [--host-driver-version=<v>] [--folder <dir> ...]
+//!     [--disable-device-node-modification] [--update-application-profile]
 //! ```
 //! `--mount`s (which the shim adds; specs never carry them) are made first, before the subcommand's
 //! own work, so one run can do both.
@@ -85,11 +87,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Decide(hook::compat::CompatArgs),
         FromDropin,
     }
+    // The last two steps: the params cover (with the driver's params file) and the profile.
+    let mut params: Option<PathBuf> = None;
+    let mut profile = false;
     let (links, folders, compat) = match cli.command {
         Cmd::DisableDeviceNodeModification { params_file } => {
-            let outcome = hook::params::disable_device_node_modification(&root, &params_file)?;
-            tracing::debug!(?outcome, "disable-device-node-modification");
-            return Ok(());
+            params = Some(params_file);
+            (Vec::new(), None, Compat::None)
+        }
+        Cmd::UpdateApplicationProfile => {
+            profile = true;
+            (Vec::new(), None, Compat::None)
         }
         Cmd::BindMounts => (Vec::new(), None, Compat::None),
         Cmd::CreateSymlinks { links } => (links, None, Compat::None),
@@ -102,19 +110,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             (Vec::new(), Some(folders), Compat::FromDropin)
         }
-        Cmd::Inject { links, folders, ldconfig_path: _, compat } => (
+        Cmd::Inject {
             links,
-            (!folders.is_empty()).then_some(folders),
-            compat.given().map_or(Compat::None, Compat::Decide),
-        ),
+            folders,
+            ldconfig_path: _,
+            compat,
+            disable_device_node_modification,
+            update_application_profile,
+            params_file,
+        } => {
+            params = disable_device_node_modification.then_some(params_file);
+            profile = update_application_profile;
+            (
+                links,
+                (!folders.is_empty()).then_some(folders),
+                compat.given().map_or(Compat::None, Compat::Decide),
+            )
+        }
     };
     // Parsed before anything is done, so a bad argument changes nothing.
     let binds = cli.mounts.iter().map(|m| hook::Bind::parse(m)).collect::<Result<Vec<_>, _>>()?;
     let links = links.iter().map(|l| hook::parse_link(l)).collect::<Result<Vec<_>, _>>()?;
     let api = if cli.classic_mount_api { MountApi::Classic } else { MountApi::Auto };
     // Every subcommand is these steps, each with what it was given: the mounts, the links, the
-    // compat decision, then the cache. The cache is built on the image's own from what this run
-    // mounted and linked (a spec's own update-ldcache run is given neither: a full scan).
+    // compat decision, the cache, the params cover, then the profile (NVIDIA's order of the runs).
+    // The cache is built on the image's own from what this run mounted and linked (a spec's own
+    // update-ldcache run is given neither: a full scan).
     hook::bind_mounts(&root, &binds, api)?;
     hook::create_symlinks(&root, &links)?;
     let first: Vec<PathBuf> = match compat {
@@ -126,6 +147,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let injected: Vec<PathBuf> =
             binds.iter().map(|b| b.destination.clone()).chain(links.iter().map(|l| l.link.clone())).collect();
         hook::update_ldcache(&root, &folders, &injected, &first)?;
+    }
+    if let Some(params_file) = params {
+        let outcome = hook::params::disable_device_node_modification(&root, &params_file)?;
+        tracing::debug!(?outcome, "disable-device-node-modification");
+    }
+    if profile {
+        let outcome = hook::app_profile::update_application_profile(&root)?;
+        tracing::debug!(?outcome, "update-application-profile");
     }
     Ok(())
 }

@@ -19,6 +19,8 @@ struct Understood {
     links: Vec<String>,
     folders: Vec<String>,
     compat: [Option<String>; 3],
+    /// inject's `--disable-device-node-modification` and `--update-application-profile`.
+    switches: [bool; 2],
 }
 
 fn compat_of(c: CompatFlags) -> [Option<String>; 3] {
@@ -31,6 +33,7 @@ fn compat_of(c: CompatFlags) -> [Option<String>; 3] {
 
 fn understood(cli: Cli) -> Understood {
     let folders = |f: Vec<std::path::PathBuf>| f.iter().map(|p| p.display().to_string()).collect();
+    let mut switches = [false; 2];
     let (subcommand, links, folders, compat) = match cli.command {
         Cmd::CreateSymlinks { links } => ("create-symlinks", links, Vec::new(), [None, None, None]),
         Cmd::UpdateLdcache { folders: f, .. } => {
@@ -42,20 +45,48 @@ fn understood(cli: Cli) -> Understood {
             assert_eq!(params_file, std::path::Path::new(nvinject_hook::params::HOST_PARAMS));
             ("disable-device-node-modification", Vec::new(), Vec::new(), [None, None, None])
         }
+        Cmd::UpdateApplicationProfile => {
+            ("update-application-profile", Vec::new(), Vec::new(), [None, None, None])
+        }
         Cmd::BindMounts => ("bind-mounts", Vec::new(), Vec::new(), [None, None, None]),
-        Cmd::Inject { links, folders: f, compat, .. } => ("inject", links, folders(f), compat_of(compat)),
+        Cmd::Inject {
+            links,
+            folders: f,
+            compat,
+            disable_device_node_modification,
+            update_application_profile,
+            params_file,
+            ..
+        } => {
+            assert_eq!(params_file, std::path::Path::new(nvinject_hook::params::HOST_PARAMS));
+            switches = [disable_device_node_modification, update_application_profile];
+            ("inject", links, folders(f), compat_of(compat))
+        }
     };
-    Understood { mounts: cli.mounts, subcommand, links, folders, compat }
+    Understood { mounts: cli.mounts, subcommand, links, folders, compat, switches }
 }
 
 fn expected(run: &HookInvocation) -> Understood {
     let none = CudaCompat::default();
+    let mut switches = [false; 2];
     let (links, folders, compat): (&[HookLink], &[String], &CudaCompat) = match &run.command {
         HookCommand::CreateSymlinks { links } => (links, &[], &none),
         HookCommand::UpdateLdcache { folders, .. } => (&[], folders, &none),
         HookCommand::EnableCudaCompat { compat } => (&[], &[], compat),
-        HookCommand::DisableDeviceNodeModification | HookCommand::BindMounts => (&[], &[], &none),
-        HookCommand::Inject { links, compat, folders, .. } => (links, folders, compat),
+        HookCommand::DisableDeviceNodeModification
+        | HookCommand::UpdateApplicationProfile
+        | HookCommand::BindMounts => (&[], &[], &none),
+        HookCommand::Inject {
+            links,
+            compat,
+            folders,
+            disable_device_node_modification,
+            update_application_profile,
+            ..
+        } => {
+            switches = [*disable_device_node_modification, *update_application_profile];
+            (links, folders, compat)
+        }
     };
     Understood {
         mounts: run.mounts.iter().map(HookMount::to_arg).collect(),
@@ -67,6 +98,7 @@ fn expected(run: &HookInvocation) -> Understood {
             compat.host_cuda_version.clone(),
             compat.container_root.clone(),
         ],
+        switches,
     }
 }
 
@@ -99,14 +131,32 @@ fn runs() -> Vec<HookInvocation> {
         HookCommand::EnableCudaCompat { compat: compat.clone() },
         HookCommand::EnableCudaCompat { compat: CudaCompat::default() },
         HookCommand::DisableDeviceNodeModification,
+        HookCommand::UpdateApplicationProfile,
         HookCommand::BindMounts,
         HookCommand::Inject {
-            links: lib,
+            links: lib.clone(),
             compat,
             folders: vec!["/usr/lib/x86_64-linux-gnu".into()],
             ldconfig_path: Some("/sbin/ldconfig".into()),
+            disable_device_node_modification: true,
+            update_application_profile: true,
         },
-        HookCommand::Inject { links: vec![], compat: driver_only, folders: vec![], ldconfig_path: None },
+        HookCommand::Inject {
+            links: lib,
+            compat: CudaCompat::default(),
+            folders: vec![],
+            ldconfig_path: None,
+            disable_device_node_modification: false,
+            update_application_profile: true,
+        },
+        HookCommand::Inject {
+            links: vec![],
+            compat: driver_only,
+            folders: vec![],
+            ldconfig_path: None,
+            disable_device_node_modification: false,
+            update_application_profile: false,
+        },
     ];
     let mut out = Vec::new();
     for command in commands {
@@ -146,6 +196,8 @@ fn what_the_hook_refuses_the_contract_refuses_too() {
         &["nvinject-hook", "inject", "--host-driver-version=1", "--host-driver-version=2"],
         &["nvinject-hook", "enable-cuda-compat", "--container-spec=/tmp/x"],
         &["nvinject-hook", "update-ldcache", "stray"],
+        &["nvinject-hook", "inject", "--update-application-profile=true"],
+        &["nvinject-hook", "update-application-profile", "--disable-device-node-modification"],
         &["nvinject-hook", "chmod"],
         &["nvinject-hook"],
     ] {

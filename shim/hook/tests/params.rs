@@ -29,14 +29,26 @@ fn bundle(dir: &Path) -> std::path::PathBuf {
     state
 }
 
+/// The two runs that cover the file: the spec's own, and the shim's merged `inject` run.
+const RUNS: [&str; 2] = ["disable-device-node-modification", "inject --disable-device-node-modification"];
+
 /// Runs the hook and then `after` (a shell snippet, `$T` the container's params file) in one
 /// private mount namespace; their output.
 fn in_namespace(dir: &Path, state: &Path, host_params: &Path, after: &str) -> std::process::Output {
+    in_namespace_with(RUNS[0], dir, state, host_params, after)
+}
+
+/// [`in_namespace`] with the hook's subcommand and switches given.
+fn in_namespace_with(
+    run: &str,
+    dir: &Path,
+    state: &Path,
+    host_params: &Path,
+    after: &str,
+) -> std::process::Output {
     // Without root `unshare --mount` fails, and the assertions below show its message.
     let target = dir.join("bundle/rootfs/proc/driver/nvidia/params");
-    let script = format!(
-        "\"$HOOK\" disable-device-node-modification --params-file \"$HOST\" < \"$STATE\" || exit 9; {after}"
-    );
+    let script = format!("\"$HOOK\" {run} --params-file \"$HOST\" < \"$STATE\" || exit 9; {after}");
     Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .env("HOOK", static_hook())
@@ -49,6 +61,12 @@ fn in_namespace(dir: &Path, state: &Path, host_params: &Path, after: &str) -> st
 
 #[test]
 fn the_container_reads_modify_device_files_0_read_only_and_nothing_else_changes() {
+    for run in RUNS {
+        covered_read_only_by(run);
+    }
+}
+
+fn covered_read_only_by(run: &str) {
     let dir = tempfile::tempdir().unwrap();
     let state = bundle(dir.path());
     let host = dir.path().join("host-params");
@@ -57,16 +75,17 @@ fn the_container_reads_modify_device_files_0_read_only_and_nothing_else_changes(
     fs::create_dir_all(target.parent().unwrap()).unwrap();
     fs::write(&target, IMAGE_PARAMS).unwrap();
 
-    let out = in_namespace(
+    let out = in_namespace_with(
+        run,
         dir.path(),
         &state,
         &host,
         r#"cat "$T"; echo ---; if echo x >> "$T" 2>/dev/null; then echo writable; else echo read-only; fi; grep -c " $T " /proc/self/mountinfo"#,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{run}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let (seen, rest) = stdout.split_once("---\n").unwrap();
-    assert_eq!(seen, HOST_PARAMS.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"));
+    assert_eq!(seen, HOST_PARAMS.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"), "{run}");
     let mut rest = rest.lines();
     assert_eq!(rest.next(), Some("read-only"), "{stdout}");
     assert_eq!(rest.next(), Some("1"), "one mount over the file: {stdout}");
