@@ -187,8 +187,10 @@ impl GpuNode {
         let config_path = base.join("nvinject.toml");
         let config = format!(
             "[cdi]\nspec-dirs = [{cdi}]\n\n[runtime]\nlog-file = {log}\nlog-level = {level}\n\n\
-             [regenerate]\nsys-root = {sys}\nproc-root = {proc}\n{extra}\n",
+             [regenerate]\nsys-root = {sys}\nproc-root = {proc}\nlock-dir = {locks}\n{extra}\n",
             cdi = toml_path(&cdi_dir),
+            // The node's own, so no test leaves the default /run/nvinject/locks on the host.
+            locks = toml_path(&base.join("locks")),
             log = toml_path(&shim_log),
             level = toml_str(&options.log_level),
             sys = toml_path(&roots.sys),
