@@ -1,5 +1,6 @@
 //! The golden corpus of specs nvinject must accept as other tools write them: nvidia-ctk 1.20's
-//! (`tests/golden/nvidia-ctk-1.20.0`, recorded on our simulated node, see its README), the
+//! (`tests/golden/nvidia-ctk-1.20.0`, recorded on our simulated node, see its README; its
+//! management mode in `tests/golden/nvidia-ctk-1.20.0-derived`, derived from its source), the
 //! reproduction of issue 12, and specs in the style of the CDI project's examples for every
 //! cdiVersion from 0.3.0 to the newest. For each: `nvinject-cdi validate` accepts it, the registry
 //! resolves every device, and completing its device nodes from the host (`fill`) gives the OCI
@@ -74,13 +75,15 @@ impl Node {
     fn ours(&self) -> PathBuf {
         self.tmp.path().join("ours/nvidia.com-gpu.json")
     }
-    /// Writes `text` with the golden's placeholders replaced by this node's roots.
+    /// `text` with the golden's placeholders replaced by this node's roots.
+    fn filled(&self, text: &str) -> String {
+        text.replace("@DRIVER_ROOT@", self.driver().to_str().unwrap())
+            .replace("@DEV_ROOT@", self.dev().to_str().unwrap())
+    }
+    /// Writes `text`, [`Node::filled`], into the directory of NVIDIA's specs.
     fn install(&self, name: &str, text: &str) -> PathBuf {
-        let text = text
-            .replace("@DRIVER_ROOT@", self.driver().to_str().unwrap())
-            .replace("@DEV_ROOT@", self.dev().to_str().unwrap());
         let path = self.tmp.path().join("theirs").join(name);
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, self.filled(text)).unwrap();
         path
     }
 }
@@ -219,6 +222,102 @@ fn nvidia_ctk_a100_mig_spec_matches_ours() {
 #[test]
 fn nvidia_ctk_h100x8_graphics_spec_matches_ours() {
     nvidia_ctk_golden("h100x8", "h100x8-graphics.json");
+}
+
+fn derived_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nvidia-ctk-1.20.0-derived")
+}
+
+/// The OCI device entry a container gets for the host device node `host` (its numbers and
+/// permission bits as the host has them) at `path`.
+fn host_entry(host: &Path, path: &str) -> Value {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(host).unwrap_or_else(|e| panic!("{}: {e}", host.display()));
+    let rdev = meta.rdev();
+    json!({"path": path, "type": "c", "major": libc::major(rdev), "minor": libc::minor(rdev),
+           "fileMode": meta.permissions().mode() & 0o777})
+}
+
+/// nvidia-ctk's management mode (`--mode=management`; derived from its source, not recorded: see
+/// `tests/golden/nvidia-ctk-1.20.0-derived/README.md`) on the node of `preset`: one device `all`
+/// with every NVIDIA device node, the driver's files as common edits. `validate` accepts it, the
+/// registry resolves `nvidia.com/gpu=all`, and a container asking for it gets every device node
+/// nvinject's `all` gives, as nvinject gives it, plus the MIG `config` and `monitor` capabilities
+/// (what management containers need for `nvidia-smi mig`), as the host has them.
+fn nvidia_ctk_management(preset: &str, golden: &str) {
+    if !is_root() {
+        eprintln!("skipped: nvinject-simnode build needs root");
+        return;
+    }
+    let node = Node::build(preset);
+    let text = std::fs::read_to_string(derived_dir().join(golden)).unwrap();
+    let theirs_path = node.install("nvidia.json", &text);
+    validate_cli(&theirs_path);
+    let theirs = load_file(&theirs_path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(validate(&theirs), []);
+    resolves_all(&theirs_path, &theirs);
+    let names: Vec<&str> = theirs.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["all"], "management mode writes one device");
+    let nodes = &theirs.devices[0].container_edits.device_nodes;
+    assert!(theirs.container_edits.device_nodes.is_empty(), "every node is in `all`");
+    assert!(nodes.iter().all(|n| n.device_type.is_none()), "nvidia-ctk writes no type");
+    assert!(nodes.iter().any(|n| n.minor.is_none()), "nvidia-ctk writes no minor 0");
+
+    let dev_root = node.dev();
+    let (their_devs, their_rules) = applied(&theirs_path, &theirs, "all", Some(&dev_root));
+    assert_eq!(
+        (their_devs.clone(), their_rules.clone()),
+        applied(&theirs_path, &theirs, "all", None),
+        "{preset}: dev root given or not"
+    );
+    let ours = load_file(&node.ours()).unwrap();
+    let (our_devs, our_rules) = applied(&node.ours(), &ours, "all", Some(&dev_root));
+    for (path, entry) in &our_devs {
+        assert_eq!(their_devs.get(path), Some(entry), "{preset}: {path}");
+    }
+    let extra: BTreeMap<String, Value> = their_devs
+        .iter()
+        .filter(|(p, _)| !our_devs.contains_key(*p))
+        .map(|(p, v)| (p.clone(), v.clone()))
+        .collect();
+    let want: BTreeMap<String, Value> = ["nvidia-cap1", "nvidia-cap2"]
+        .iter()
+        .map(|n| {
+            let path = format!("/dev/nvidia-caps/{n}");
+            let entry = host_entry(&dev_root.join(&path[1..]), &path);
+            (path, entry)
+        })
+        .collect();
+    assert_eq!(extra, want, "{preset}: what management mode adds to nvinject's `all`");
+    assert!(our_rules.keys().all(|k| their_rules.contains_key(k)), "{preset}: {their_rules:?}");
+    assert_eq!(their_rules.len(), our_rules.len() + want.len(), "{preset}: {their_rules:?}");
+    assert!(their_rules.values().all(|a| a == "rwm"), "{their_rules:?}");
+
+    // The common edits are the driver discoverer's alone: every mount is one the recorded
+    // full-GPU spec of the same node has, and the graphics and application-profile runs are gone.
+    let recorded_path = node.tmp.path().join(format!("{preset}.json"));
+    let recorded_text = std::fs::read_to_string(golden_dir().join(format!("{preset}.json"))).unwrap();
+    std::fs::write(&recorded_path, node.filled(&recorded_text)).unwrap();
+    let recorded = load_file(&recorded_path).unwrap();
+    for mount in &theirs.container_edits.mounts {
+        assert!(recorded.container_edits.mounts.contains(mount), "{preset}: {mount:?}");
+    }
+    assert!(theirs.container_edits.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.550.54.15")));
+    let runs: Vec<&str> = theirs.container_edits.hooks.iter().map(|h| h.args[1].as_str()).collect();
+    assert_eq!(
+        runs,
+        ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"]
+    );
+}
+
+#[test]
+fn nvidia_ctk_h100x8_management_spec_gives_every_node() {
+    nvidia_ctk_management("h100x8", "h100x8-management.json");
+}
+
+#[test]
+fn nvidia_ctk_a100_mig_management_spec_gives_every_node() {
+    nvidia_ctk_management("a100-mig", "a100-mig-management.json");
 }
 
 /// NVIDIA's device plugin writes its transient spec in /var/run/cdi with the same library as

@@ -2,7 +2,7 @@
 //! for Rust (cdi-rs, crates.io `container-device-interface`, which applies edits to an
 //! `oci_spec::runtime::Spec`), on the same spec directories, OCI base configs and device requests.
 //!
-//! Inputs: the spec corpus (cdi-gen's goldens, nvidia-ctk 1.20's recorded specs, and hand-written
+//! Inputs: the spec corpus (cdi-gen's goldens, nvidia-ctk 1.20's specs, and hand-written
 //! specs in the CDI examples' style for the edits the goldens never use) crossed with OCI base
 //! configs (empty; runc-like; colliding env, mounts, devices and hooks; a non-root user; process and
 //! linux absent; sections explicitly null). Each device is requested alone, then all of a spec's
@@ -105,31 +105,37 @@ fn cdi_gen_goldens() -> Vec<Fixture> {
         .collect()
 }
 
-/// nvidia-ctk's recorded specs with the placeholders replaced and their device nodes completed
-/// (`type: c`, minor 0 where left out; every node in them is a char device), so neither side
-/// looks at the host.
+/// nvidia-ctk's recorded specs, and its management-mode specs derived from its source, with the
+/// placeholders replaced and their device nodes completed (`type: c`, minor 0 where left out;
+/// every node in them is a char device), so neither side looks at the host.
 fn nvidia_ctk_specs() -> Vec<Fixture> {
-    ["h100x8.json", "a100-mig.json", "h100x8-graphics.json"]
-        .into_iter()
-        .map(|f| {
-            let path = manifest().join("tests/golden/nvidia-ctk-1.20.0").join(f);
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let text = text.replace("@DRIVER_ROOT@", "/driver").replace("@DEV_ROOT@", "");
-            let mut spec: Value = serde_json::from_str(&text).unwrap();
-            let complete = |edits: &mut Value| {
-                for node in edits.get_mut("deviceNodes").and_then(Value::as_array_mut).into_iter().flatten() {
-                    let node = node.as_object_mut().unwrap();
-                    node.entry("type").or_insert(json!("c"));
-                    node.entry("minor").or_insert(json!(0));
-                }
-            };
-            complete(&mut spec["containerEdits"]);
-            for device in spec["devices"].as_array_mut().unwrap() {
-                complete(&mut device["containerEdits"]);
+    [
+        ("nvidia-ctk-1.20.0", "h100x8.json"),
+        ("nvidia-ctk-1.20.0", "a100-mig.json"),
+        ("nvidia-ctk-1.20.0", "h100x8-graphics.json"),
+        ("nvidia-ctk-1.20.0-derived", "h100x8-management.json"),
+        ("nvidia-ctk-1.20.0-derived", "a100-mig-management.json"),
+    ]
+    .into_iter()
+    .map(|(dir, f)| {
+        let path = manifest().join("tests/golden").join(dir).join(f);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text = text.replace("@DRIVER_ROOT@", "/driver").replace("@DEV_ROOT@", "");
+        let mut spec: Value = serde_json::from_str(&text).unwrap();
+        let complete = |edits: &mut Value| {
+            for node in edits.get_mut("deviceNodes").and_then(Value::as_array_mut).into_iter().flatten() {
+                let node = node.as_object_mut().unwrap();
+                node.entry("type").or_insert(json!("c"));
+                node.entry("minor").or_insert(json!(0));
             }
-            Fixture { file: format!("nvidia-ctk-{f}"), text: serde_json::to_string(&spec).unwrap() }
-        })
-        .collect()
+        };
+        complete(&mut spec["containerEdits"]);
+        for device in spec["devices"].as_array_mut().unwrap() {
+            complete(&mut device["containerEdits"]);
+        }
+        Fixture { file: format!("nvidia-ctk-{f}"), text: serde_json::to_string(&spec).unwrap() }
+    })
+    .collect()
 }
 
 /// Hand-written specs for the edits the goldens do not use: hooks without env, intelRdt, net

@@ -67,7 +67,7 @@ impl SpecGenerator for CdiGen {
 /// `host_path` with every symbolic link on the way followed inside the host root (Debian's
 /// `/var/run -> /run`), so two spellings of one directory compare equal. A component that cannot
 /// be read is kept as written.
-fn resolved(root: &HostRoot, host_path: &str) -> String {
+pub(crate) fn resolved(root: &HostRoot, host_path: &str) -> String {
     let mut cur = "/".to_owned();
     for name in clean(host_path).split('/').filter(|n| !n.is_empty()) {
         let next = host_join(&cur, name);

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use crate::containerd::imports::parent_dir;
 use crate::containerd::{
-    self, ConfigSources, ContainerdVersion, MainChange, Plan, RuntimeMode, RuntimeRequest,
+    self, ConfigSources, ContainerdVersion, EffectiveCdi, MainChange, Plan, RuntimeMode, RuntimeRequest,
 };
 use crate::devchar;
 use crate::error::{Error, Result};
+use crate::foreign_specs;
 use crate::fsx::{self, FaultHook};
 use crate::lock::HostLock;
 use crate::paths::{CONFIG_LIMIT, HostRoot, host_join};
@@ -322,6 +323,16 @@ impl Installer<'_> {
         // Read now, so an unreadable one fails before the first write.
         let runtime_config_current = s.host_root.read(&s.runtime_config, CONFIG_LIMIT)?;
         let drop_in_current = s.host_root.read(&s.drop_in_path(), CONFIG_LIMIT)?;
+        // Another tool's spec defining our devices breaks them (same directory) or takes them over
+        // (a directory read later). Said, never fatal: every other device still works, and the
+        // operator may be removing NVIDIA's pieces in the same rollout.
+        if let Some(spec) = &spec {
+            let shim_config = runtime_config_current
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or(&runtime_config);
+            warnings.extend(foreign_spec_warnings(s, spec, shim_config, cdi.as_ref()));
+        }
         Ok(Prepared {
             containerd,
             plan,
@@ -516,6 +527,22 @@ impl Installer<'_> {
             warnings,
         })
     }
+}
+
+/// Install's warnings about specs of other tools that define the devices of `spec` (ours, about
+/// to be written) where the shim (configured by `shim_config`) or containerd's CDI would see them.
+fn foreign_spec_warnings(
+    s: &Settings,
+    spec: &[u8],
+    shim_config: &str,
+    cdi: Option<&EffectiveCdi>,
+) -> Vec<String> {
+    let our_spec = s.spec_path();
+    let Some((kind, names)) = foreign_specs::our_devices(spec, &our_spec) else { return Vec::new() };
+    let mut readers = vec![foreign_specs::shim_reader(Some(shim_config), s)];
+    readers.extend(foreign_specs::containerd_reader(cdi));
+    let scan = foreign_specs::scan(&s.host_root, &our_spec, &readers);
+    foreign_specs::warnings(&foreign_specs::find(&kind, &names, &scan), &our_spec)
 }
 
 /// Something not ours is where the shim link goes (checked before the first write, and again

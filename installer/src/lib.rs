@@ -15,6 +15,7 @@ pub mod cri;
 pub mod devchar;
 pub mod doctor;
 pub mod error;
+pub mod foreign_specs;
 pub mod fsx;
 pub mod install;
 pub mod lock;

@@ -10,6 +10,17 @@ use crate::containerd::RuntimeMode;
 use crate::error::{Error, Result};
 use crate::install::{RuntimeConfigWriter, Settings};
 
+/// The spec directories the installer gives the shim, lowest priority first: the shim's default
+/// ones, then the install's `--cdi-dir` when it is not one of them (so ours is read last and wins).
+pub fn shim_spec_dirs(settings: &Settings) -> Vec<PathBuf> {
+    let mut dirs = Config::default().cdi.spec_dirs;
+    let cdi_dir = PathBuf::from(&settings.cdi_dir);
+    if !dirs.contains(&cdi_dir) {
+        dirs.push(cdi_dir);
+    }
+    dirs
+}
+
 /// Renders the shim's configuration for an install.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShimConfig;
@@ -17,10 +28,7 @@ pub struct ShimConfig;
 impl RuntimeConfigWriter for ShimConfig {
     fn render(&self, settings: &Settings, mode: RuntimeMode) -> Result<String> {
         let mut config = Config::default();
-        let cdi_dir = PathBuf::from(&settings.cdi_dir);
-        if !config.cdi.spec_dirs.contains(&cdi_dir) {
-            config.cdi.spec_dirs.push(cdi_dir);
-        }
+        config.cdi.spec_dirs = shim_spec_dirs(settings);
         config.regenerate.sys_root = PathBuf::from(&settings.sys_root);
         // MIG capability minors are read from <proc root>/driver/nvidia-caps: without this the
         // shim's regeneration looks in the host's /proc and refuses every GPU container.

@@ -1,9 +1,11 @@
 //! Issue 12 item 1 on real parts: a node whose CDI spec directory holds only the spec NVIDIA's
 //! nvidia-ctk 1.20 wrote for it (no `type` on any device node, no `minor` where it is 0) starts a
 //! container asking for `nvidia.com/gpu=0` through our shim, private containerd and runc, and the
-//! probe reports from inside what it got. Needs root (CI runs as root).
+//! probe reports from inside what it got; the same with only its management-mode spec
+//! (`--mode=management`, derived from its source) and `nvidia.com/gpu=all`. Needs root (CI runs
+//! as root).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -22,8 +24,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// update-application-profile), which this node does not have. The shim runs them with
 /// nvinject-hook, which implements each (logged).
 fn nvidia_spec(node: &GpuNode) -> Value {
-    let golden =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/golden/nvidia-ctk-1.20.0/h100x8.json");
+    nvidia_golden(node, "nvidia-ctk-1.20.0/h100x8.json")
+}
+
+/// The golden `name` (under `cdi/tests/golden`) with this node's roots in place of its
+/// placeholders; its hooks run NVIDIA's `/usr/bin/nvidia-cdi-hook`, which this node does not have.
+fn nvidia_golden(node: &GpuNode, name: &str) -> Value {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/golden").join(name);
     let text = std::fs::read_to_string(&golden).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
     let text = text
         .replace("@DRIVER_ROOT@", node.driver_root.to_str().unwrap())
@@ -43,27 +50,8 @@ update-ldcache=translated,disable-device-node-modification=translated,update-app
 fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     let _s = serial();
     let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
-    // The shim's `[regenerate] dev-root` names the dev root (NVIDIA's spec records none), so the
-    // spec's host paths, which lie under it, are looked up inside it. The shim reads its config
-    // at every start.
-    let config = std::fs::read_to_string(&node.config_path).unwrap();
-    // `hook-path` names the nvinject-hook that runs NVIDIA's hooks (the installer writes it).
-    let config = config.replacen(
-        "[regenerate]\n",
-        &format!(
-            "[regenerate]\ndev-root = {}\nhook-path = {}\n",
-            toml_str(node.dev_root.to_str().unwrap()),
-            toml_str(node.bin_dir.join("nvinject-hook").to_str().unwrap())
-        ),
-        1,
-    );
-    std::fs::write(&node.config_path, config).unwrap();
-
     let spec = nvidia_spec(&node);
-    std::fs::remove_file(&node.spec_path).unwrap();
-    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-    let files: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(files, ["nvidia.json"], "only NVIDIA's spec is in the spec dir");
+    only_nvidia_spec(&node, &spec);
 
     let run = node.run("nv0", &request("nvidia.com/gpu=0")).unwrap();
     assert_eq!(run.status, 0, "stdout: {} stderr: {}", run.stdout, run.stderr);
@@ -116,7 +104,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     assert!(wanted.iter().any(|m| m.ends_with("libcuda.so.550.54.15")), "{wanted:?}");
     assert_eq!(report["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
     assert_eq!(report["environ"]["NVIDIA_CTK_LIBCUDA_DIR"], "/usr/lib/x86_64-linux-gnu");
-    assert_hooks_did_their_work(&node, "nv0", report);
+    assert_hooks_did_their_work("nv0", report, &[node.gpu_uuid(0)], Some("0x1"));
 
     let lines = create_lines(&node, "nv0");
     assert_eq!(lines[0]["injected"], "nvidia.com/gpu=0");
@@ -131,7 +119,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     node.set_one_hook_run(false).unwrap();
     let run = node.run("nv-sep", &request("nvidia.com/gpu=0")).unwrap();
     assert_eq!(run.status, 0, "stdout: {} stderr: {}", run.stdout, run.stderr);
-    assert_hooks_did_their_work(&node, "nv-sep", run.report());
+    assert_hooks_did_their_work("nv-sep", run.report(), &[node.gpu_uuid(0)], Some("0x1"));
     let lines = create_lines(&node, "nv-sep");
     assert_eq!(lines[0]["nvidia_hooks"], TRANSLATED);
     assert_eq!((lines[0]["hooks_merged"].as_u64(), lines[0]["mounts_in_hook"].as_u64()), (Some(0), Some(0)));
@@ -196,6 +184,107 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
     node.assert_no_leftovers(&["nv0", "nv-sep", "nv-links", "nv-kept", "nv-link"]);
 }
 
+/// Makes `spec` the only spec in the node's spec dir, as `nvidia.json`, and points the shim at
+/// the node's dev root and nvinject-hook.
+fn only_nvidia_spec(node: &GpuNode, spec: &Value) {
+    // The shim's `[regenerate] dev-root` names the dev root (NVIDIA's spec records none), so the
+    // spec's host paths, which lie under it, are looked up inside it. The shim reads its config
+    // at every start.
+    let config = std::fs::read_to_string(&node.config_path).unwrap();
+    // `hook-path` names the nvinject-hook that runs NVIDIA's hooks (the installer writes it).
+    let config = config.replacen(
+        "[regenerate]\n",
+        &format!(
+            "[regenerate]\ndev-root = {}\nhook-path = {}\n",
+            toml_str(node.dev_root.to_str().unwrap()),
+            toml_str(node.bin_dir.join("nvinject-hook").to_str().unwrap())
+        ),
+        1,
+    );
+    std::fs::write(&node.config_path, config).unwrap();
+
+    std::fs::remove_file(&node.spec_path).unwrap();
+    std::fs::write(node.cdi_dir.join("nvidia.json"), serde_json::to_vec_pretty(spec).unwrap()).unwrap();
+    let files: Vec<_> = std::fs::read_dir(&node.cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, ["nvidia.json"], "only NVIDIA's spec is in the spec dir");
+}
+
+/// What NVIDIA's management spec's hooks became: its driver runs only (no graphics links, no
+/// application profile).
+const TRANSLATED_MANAGEMENT: &str = "create-symlinks=translated,enable-cuda-compat=translated,\
+update-ldcache=translated,disable-device-node-modification=translated";
+
+/// nvidia-ctk's management mode writes one device, `all`, with every NVIDIA device node of the
+/// node (the MIG `config` and `monitor` capabilities too) and the driver's files as common edits;
+/// with only that spec on the node, a container asking for `nvidia.com/gpu=all` gets every node,
+/// every file the spec mounts, and NVML inside sees every GPU.
+#[test]
+fn a_node_with_only_nvidia_ctks_management_spec_starts_a_container_with_every_device() {
+    let _s = serial();
+    let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
+    let spec = nvidia_golden(&node, "nvidia-ctk-1.20.0-derived/h100x8-management.json");
+    let names: Vec<&str> =
+        spec["devices"].as_array().unwrap().iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(names, ["all"]);
+    only_nvidia_spec(&node, &spec);
+
+    let run = node.run("mgmt", &request("nvidia.com/gpu=all")).unwrap();
+    assert_eq!(run.status, 0, "stdout: {} stderr: {}", run.stdout, run.stderr);
+    let report = run.report();
+
+    // Every node the spec lists, with the host's minor, allowed by the device cgroup (ENXIO:
+    // allowed, no driver behind it on the simulated node), and nothing else of NVIDIA's.
+    let wanted: BTreeMap<String, u64> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["path"].as_str().unwrap().to_owned(), n["minor"].as_u64().unwrap_or(0)))
+        .collect();
+    assert!(
+        wanted.contains_key("/dev/nvidia7") && wanted.contains_key("/dev/nvidia-caps/nvidia-cap1"),
+        "{wanted:?}"
+    );
+    let devices = report_devices(report);
+    let got: BTreeMap<String, u64> = devices
+        .iter()
+        .filter(|(p, _)| p.starts_with("/dev/nvidia"))
+        .map(|(p, (open, minor))| {
+            assert_eq!(open, "ENXIO", "{p}: {devices:?}");
+            (p.clone(), *minor)
+        })
+        .collect();
+    assert_eq!(got, wanted);
+
+    let mounts: BTreeSet<String> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["containerPath"].as_str().unwrap().to_owned())
+        .collect();
+    let mounted: BTreeSet<String> = report["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["target"].as_str().unwrap())
+        // The probe image is usr-merged: /lib/... is listed as /usr/lib/...
+        .flat_map(|t| [t.to_owned(), t.strip_prefix("/usr").unwrap_or(t).to_owned()])
+        .collect();
+    let missing: Vec<_> = mounts.difference(&mounted).collect();
+    assert!(missing.is_empty(), "not mounted: {missing:?}");
+    assert_eq!(report["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
+    let uuids: Vec<String> = (0..node.gpu_count()).map(|i| node.gpu_uuid(i)).collect();
+    assert_eq!(uuids.len(), 8);
+    // Management mode has no update-application-profile run (nvidia-ctk adds it only to the
+    // common edits of its nvml mode): no profile.
+    assert_hooks_did_their_work("mgmt", report, &uuids, None);
+
+    let lines = create_lines(&node, "mgmt");
+    assert_eq!(lines[0]["injected"], "nvidia.com/gpu=all");
+    assert_eq!(lines[0]["nvidia_hooks"], TRANSLATED_MANAGEMENT, "{}", lines[0]);
+    assert!(lines[0]["hooks_merged"].as_u64().unwrap_or(0) > 0, "{}", lines[0]);
+    node.assert_no_leftovers(&["mgmt"]);
+}
+
 fn request(device: &str) -> RunOptions {
     RunOptions { annotations: vec![("cdi.k8s.io/test".into(), device.into())], ..Default::default() }
 }
@@ -213,9 +302,9 @@ fn create_lines(node: &GpuNode, id: &str) -> Vec<Value> {
 }
 
 /// The loader cache NVIDIA's update-ldcache run asked for: the driver's libraries under their
-/// SONAMEs, in the mounted folder, loadable (NVML initialises and lists the GPU); and the compat
+/// SONAMEs, in the mounted folder, loadable (NVML initialises and lists `uuids`); and the compat
 /// run left nothing (the probe image has no compat libraries).
-fn assert_hooks_did_their_work(node: &GpuNode, id: &str, report: &Value) {
+fn assert_hooks_did_their_work(id: &str, report: &Value, uuids: &[String], profile_mask: Option<&str>) {
     let ldconfig: Vec<&str> =
         report["ldconfig"]["lines"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     for soname in ["libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"] {
@@ -229,15 +318,14 @@ fn assert_hooks_did_their_work(node: &GpuNode, id: &str, report: &Value) {
         report["ld_so_conf_d"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(!conf_d.iter().any(|f| f.starts_with("00-compat")), "{id}: {conf_d:?}");
     assert_eq!(report["nvml"]["dlopen"], "ok", "{id}: {}", report["nvml"]);
-    assert_eq!(report["nvml"]["uuids"], serde_json::json!([node.gpu_uuid(0)]), "{id}: {}", report["nvml"]);
-    // update-application-profile: EGL/Vulkan limited to GPU 0 (minor 0: bit 0), as NVIDIA's
-    // hook writes it.
-    assert_eq!(
-        report["application_profile"],
-        serde_json::json!({
-            "text": r#"{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x1]}],"rules":[{"pattern":[],"profile":"_container_"}]}"#,
-            "mode": "444"
-        }),
-        "{id}"
-    );
+    assert_eq!(report["nvml"]["uuids"], serde_json::json!(uuids), "{id}: {}", report["nvml"]);
+    // update-application-profile (when the spec runs it): EGL/Vulkan limited to the container's
+    // GPUs (bit N for minor N), as NVIDIA's hook writes it.
+    let want = profile_mask.map(|mask| {
+        let text = format!(
+            r#"{{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",{mask}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}}"#
+        );
+        serde_json::json!({ "text": text, "mode": "444" })
+    });
+    assert_eq!(report["application_profile"], want.unwrap_or(Value::Null), "{id}");
 }

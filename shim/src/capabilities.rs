@@ -818,14 +818,17 @@ mod tests {
         parse_spec(&std::fs::read(&p).unwrap(), format, &p).unwrap()
     }
 
-    /// Our goldens (nvinject-cdi generate on the simulated node) and NVIDIA's (nvidia-ctk 1.20).
-    const GOLDENS: [&str; 6] = [
+    /// Our goldens (nvinject-cdi generate on the simulated node) and NVIDIA's (nvidia-ctk 1.20;
+    /// its management mode derived from its source).
+    const GOLDENS: [&str; 8] = [
         "cdi-gen/tests/golden/single.yaml",
         "cdi-gen/tests/golden/h100x8.yaml",
         "cdi-gen/tests/golden/a100-mig.yaml",
         "cdi/tests/golden/nvidia-ctk-1.20.0/h100x8.json",
         "cdi/tests/golden/nvidia-ctk-1.20.0/a100-mig.json",
         "cdi/tests/golden/nvidia-ctk-1.20.0/h100x8-graphics.json",
+        "cdi/tests/golden/nvidia-ctk-1.20.0-derived/h100x8-management.json",
+        "cdi/tests/golden/nvidia-ctk-1.20.0-derived/a100-mig-management.json",
     ];
 
     /// The common edits plus every device's, as the shim gathers them.

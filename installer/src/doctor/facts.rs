@@ -99,6 +99,9 @@ pub struct SpecFacts {
     pub path: String,
     /// Its text; `Ok(None)` when it is missing.
     pub text: Result<Option<String>, ProbeError>,
+    /// Other tools' spec files where they matter to ours: its directory, and those read after it
+    /// ([`crate::foreign_specs`]).
+    pub foreign: crate::foreign_specs::Scan,
 }
 
 /// containerd: the running daemon and the files it loaded.

@@ -10,6 +10,7 @@ use super::report::{Line, Phase, Status};
 use crate::containerd;
 use crate::containerd::plan::{CDI_ANNOTATIONS, EffectiveRuntime, SHIM_RUNTIME_TYPE};
 use crate::cri::TestContainer;
+use crate::foreign_specs;
 use crate::install::{SHIM_BINARY, Settings};
 use crate::paths::host_join;
 
@@ -51,7 +52,8 @@ pub fn driver(facts: &DriverFacts) -> Line {
 }
 
 /// CDI spec present and fresh: valid JSON, generated for the loaded driver and the GPUs NVML
-/// reports (when the driver phase ran).
+/// reports (when the driver phase ran), and no other tool's spec defining its devices where CDI
+/// runtimes would see both.
 pub fn spec(facts: &SpecFacts, driver: Option<&DriverFacts>) -> Line {
     let phase = Phase::Cdi;
     let spec_path = &facts.path;
@@ -90,10 +92,32 @@ pub fn spec(facts: &SpecFacts, driver: Option<&DriverFacts>) -> Line {
             );
         }
     }
+    // Another tool's spec defining our devices: they resolve to nothing, or to its definitions.
+    let findings = match spec["kind"].as_str() {
+        Some(kind) => {
+            let names = spec["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["name"].as_str().map(str::to_owned))
+                .collect();
+            foreign_specs::find(kind, &names, &facts.foreign)
+        }
+        None => foreign_specs::Findings::default(),
+    };
+    if !findings.clashes.is_empty() {
+        let detail: Vec<String> = findings.clashes.iter().map(|c| c.describe(spec_path)).collect();
+        return Line::fail(phase, detail.join("; "), foreign_specs::fix(&findings.clashes));
+    }
+    let unchecked: String = findings
+        .unchecked
+        .iter()
+        .map(|u| format!("; not checked for clashing devices: {} ({})", u.path, u.why))
+        .collect();
     Line::ok(
         phase,
         format!(
-            "{spec_path}: {devices} device(s), driver {}{}",
+            "{spec_path}: {devices} device(s), driver {}{}{unchecked}",
             spec_driver.as_deref().unwrap_or("?"),
             if inventory.is_some() { ", matches NVML's inventory" } else { "" }
         ),

@@ -15,6 +15,7 @@ use super::phases;
 use crate::containerd::{self, ConfigSources, ContainerdVersion, EffectiveCdi};
 use crate::cri::TestContainer;
 use crate::error::{Error, Result};
+use crate::foreign_specs::{self, Reader, Scan};
 use crate::install::Settings;
 use crate::paths::{FILE_LIMIT, HostDir, HostRoot, host_join};
 use crate::service::Containerd;
@@ -88,6 +89,12 @@ impl HostFiles {
         crate::cdi::containerd_reads(&self.root, cdi_dir, cdi)
     }
 
+    /// Other tools' spec files where they matter to `our_spec` for `readers`, read inside the
+    /// host root ([`foreign_specs::scan`]).
+    pub fn foreign_specs(&self, our_spec: &str, readers: &[Reader]) -> Scan {
+        foreign_specs::scan(&self.root, our_spec, readers)
+    }
+
     /// The NVML library to load: `--nvml-lib`, else found under the driver root; either way
     /// located inside the host root, so the loader is never handed a path a link sends out of it.
     pub fn nvml_library(&self, settings: &Settings) -> std::result::Result<Option<PathBuf>, ProbeError> {
@@ -117,11 +124,26 @@ pub fn driver(settings: &Settings, env: &dyn DoctorEnv) -> DriverFacts {
     }
 }
 
-/// nvinject's spec file.
+/// nvinject's spec file, and other tools' specs where they would matter to it.
 pub fn spec(settings: &Settings, env: &dyn DoctorEnv) -> SpecFacts {
     let path = settings.spec_path();
     let text = env.files().text(&path);
-    SpecFacts { path, text }
+    let foreign = env.files().foreign_specs(&path, &cdi_readers(settings, env));
+    SpecFacts { path, text, foreign }
+}
+
+/// Who resolves CDI names on this node: the shim (the spec dirs of its config file) and, when it
+/// is on, containerd's own CDI. A containerd that does not answer, or whose files cannot be read,
+/// counts as having none (its phase says why).
+fn cdi_readers(settings: &Settings, env: &dyn DoctorEnv) -> Vec<Reader> {
+    let config = env.files().text(&settings.runtime_config).ok().flatten();
+    let mut readers = vec![foreign_specs::shim_reader(config.as_deref(), settings)];
+    let cdi = env.containerd_version().ok().and_then(|version| {
+        let sources = env.files().containerd_sources(&settings.containerd_config, &version).ok()?;
+        containerd::effective_cdi(&sources, &version).ok().flatten()
+    });
+    readers.extend(foreign_specs::containerd_reader(cdi.as_ref()));
+    readers
 }
 
 /// containerd's version, then its config, the shim our runtime entry names and what its CRI
