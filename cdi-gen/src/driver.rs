@@ -32,14 +32,17 @@ pub fn default_library_dirs() -> Vec<String> {
 /// Binary directories searched, inside the driver root.
 pub const BINARY_DIRS: [&str; 5] = ["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"];
 
-/// The driver's utilities a container gets.
-pub const BINARIES: [&str; 6] = [
+/// The driver's utilities a container gets; the IMEX daemon and its control tool come from their
+/// own package (`nvidia-imex-<branch>`), where a node has it.
+pub const BINARIES: [&str; 8] = [
     "nvidia-smi",
     "nvidia-debugdump",
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
     "nvidia-xconfig",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
 ];
 
 /// Where GSP firmware lives, inside the driver root; `<version>` is appended.
@@ -127,6 +130,11 @@ pub const XORG_GLX_DIRS: [&str; 2] = ["extensions", "nvidia/extensions"];
 pub const OWN_VERSION_LIBRARIES: [&str; 4] =
     ["libnvidia-egl-gbm", "libnvidia-egl-wayland", "libnvidia-egl-xcb", "libnvidia-egl-xlib"];
 
+/// Libraries of the driver whose file name carries no version but their SONAME's number
+/// (`libnvidia-nvvm70.so.4`, the older NVVM that drivers from 575 ship beside the current one;
+/// nvidia-ctk looks for `libnvidia-nvvm70.so.*`).
+pub const UNVERSIONED_LIBRARIES: [&str; 1] = ["libnvidia-nvvm70"];
+
 /// The ld.so.cache of a root, inside it.
 pub const LD_CACHE: &str = "/etc/ld.so.cache";
 
@@ -174,7 +182,8 @@ pub struct Ipc {
 pub struct DriverFiles {
     /// The driver version the libraries were matched against.
     pub version: String,
-    /// `*.so.<version>` libraries and [`OWN_VERSION_LIBRARIES`], sorted by path.
+    /// `*.so.<version>` libraries, [`OWN_VERSION_LIBRARIES`] and [`UNVERSIONED_LIBRARIES`], sorted
+    /// by path.
     pub libraries: Vec<Library>,
     /// Driver utilities, in [`BINARIES`] order.
     pub binaries: Vec<String>,
@@ -386,7 +395,7 @@ fn scan_library_dir(
     for entry in read.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !name.ends_with(suffix) && !has_own_version(name) {
+        if !name.ends_with(suffix) && !has_own_version(name) && !is_unversioned_library(name) {
             continue;
         }
         found.extend(entry_file(root, &real, &entry));
@@ -401,6 +410,15 @@ fn has_own_version(name: &str) -> bool {
             v.split('.').count() >= 3
                 && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         })
+    })
+}
+
+/// `libnvidia-nvvm70.so.4`: one of [`UNVERSIONED_LIBRARIES`] followed by numbers only.
+fn is_unversioned_library(name: &str) -> bool {
+    UNVERSIONED_LIBRARIES.iter().any(|stem| {
+        name.strip_prefix(stem)
+            .and_then(|rest| rest.strip_prefix(".so."))
+            .is_some_and(|v| v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
     })
 }
 
@@ -584,6 +602,42 @@ mod tests {
                 "/etc/OpenCL/vendors/nvidia.icd"
             ]
         );
+    }
+
+    /// What nvidia-ctk 1.20 looks for beyond a 550 driver (`pkg/nvcdi/driver-nvml.go`: the IMEX
+    /// programs among the driver's binaries, `libnvidia-nvvm70.so.*` through the driver library
+    /// locator, i.e. the library folders and the ld.so.cache): found where a newer driver or the
+    /// IMEX package put them, and only the real file of each.
+    #[test]
+    fn finds_imex_programs_and_the_legacy_nvvm() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        let dirs = vec![lib.to_owned()];
+        put(r, &format!("{lib}/libcuda.so.{VER}"), &tiny_so("libcuda.so.1"));
+        let bare = scan(r, VER, &dirs);
+        assert!(bare.binaries.is_empty() && bare.libraries.len() == 1);
+
+        put(r, "/usr/bin/nvidia-imex", b"#!");
+        put(r, "/usr/bin/nvidia-imex-ctl", b"#!");
+        put(r, &format!("{lib}/libnvidia-nvvm70.so.4"), &tiny_so("libnvidia-nvvm70.so.4"));
+        symlink("libnvidia-nvvm70.so.4", join(r, &format!("{lib}/libnvidia-nvvm70.so"))).unwrap();
+        put(r, &format!("{lib}/libnvidia-nvvm70.so.4.bak"), b"not a library name");
+        put(r, &format!("{lib}/libnvidia-nvvm700.so.4"), b"another name");
+        let files = scan(r, VER, &dirs);
+        assert_eq!(files.binaries, ["/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"]);
+        let libs: Vec<(&str, Option<&str>)> =
+            files.libraries.iter().map(|l| (l.file_name(), l.soname.as_deref())).collect();
+        assert_eq!(
+            libs,
+            [
+                ("libcuda.so.550.54.15", Some("libcuda.so.1")),
+                ("libnvidia-nvvm70.so.4", Some("libnvidia-nvvm70.so.4"))
+            ]
+        );
+        assert!(is_unversioned_library("libnvidia-nvvm70.so.4.0.1"));
+        assert!(!is_unversioned_library("libnvidia-nvvm70.so."));
+        assert!(!is_unversioned_library("libnvidia-nvvm70.so"));
     }
 
     #[test]

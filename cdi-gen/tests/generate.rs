@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use nvinject_cdi::{Format, Spec, codec, validate};
 use nvinject_simnode::artifacts::{sim_nvml_lib, simnode_bin};
+use nvinject_simnode::description::DriverPackage;
 
 const CDI: &str = env!("CARGO_BIN_EXE_nvinject-cdi");
 const VER: &str = "550.54.15";
@@ -19,11 +20,23 @@ struct Node {
 
 impl Node {
     fn build(preset: &'static str) -> Node {
+        Node::build_with(preset, &[])
+    }
+
+    /// `preset` with NVIDIA's separately packaged components `packages` installed beside the driver.
+    fn build_with(preset: &'static str, packages: &[DriverPackage]) -> Node {
         sim_nvml_lib();
         let tmp = tempfile::tempdir().unwrap();
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc-devices");
+        let mut description = nvinject_simnode::presets::preset(preset).unwrap();
+        description.driver.packages = packages.to_vec();
+        let file = tmp.path().join("node.json");
+        std::fs::write(&file, description.to_json()).unwrap();
         let out = Command::new(simnode_bin("nvinject-simnode"))
-            .args(["build", "--preset", preset, "--out"])
+            .arg("build")
+            .arg("--node")
+            .arg(&file)
+            .arg("--out")
             .arg(tmp.path().join("node"))
             .arg("--host-proc-devices")
             .arg(fixture)
@@ -500,4 +513,28 @@ fn mps_pieces_come_only_with_mps_pipe_dir() {
     assert!(err.contains("not a directory") && err.contains("looked up at"), "{err}");
     let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir-ctr-path", &here]));
     assert!(err.contains("--mps-pipe-dir-ctr-path needs --mps-pipe-dir"), "{err}");
+}
+
+/// A node with NVIDIA's `nvidia-imex` package (its own package for 550.54.15, not part of the
+/// driver): its two programs are mounted, as the driver's own programs are, and nothing else
+/// changes. nvidia-ctk 1.20 finds them with the same executable locator and mounts them the same
+/// way as `nvidia-smi` (`pkg/nvcdi/driver-nvml.go`, `newDriverBinariesDiscoverer`), and
+/// `nvidia_ctk_diff.rs` pins how our `nvidia-smi` mount compares with NVIDIA's; its recording was
+/// made without the package, so it is compared here, not there.
+#[test]
+fn imex_programs_are_mounted_like_the_driver_s_own() {
+    let node = Node::build_with("h100x8", &[DriverPackage::Imex]);
+    let spec = parse(&generate(&node.rebased()));
+    assert_eq!(validate(&spec), vec![]);
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h100x8.yaml");
+    let plain = parse(&std::fs::read_to_string(&golden).unwrap());
+    let smi = spec.container_edits.mounts.iter().find(|m| m.container_path == "/usr/bin/nvidia-smi").unwrap();
+    let mut rest = spec.clone();
+    for name in nvinject_simnode::build::driver::IMEX_BINARIES {
+        let path = format!("/usr/bin/{name}");
+        let at = rest.container_edits.mounts.iter().position(|m| m.container_path == path);
+        let m = rest.container_edits.mounts.remove(at.unwrap_or_else(|| panic!("{path} not mounted")));
+        assert_eq!((m.host_path.as_str(), &m.options), (path.as_str(), &smi.options), "{path}");
+    }
+    assert_eq!(rest, plain, "the package changed more than its two mounts");
 }

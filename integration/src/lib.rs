@@ -3,8 +3,9 @@
 //!
 //! This library is the harness those tests share: a private containerd started and stopped by PID
 //! ([`containerd`]), test images built from host binaries ([`image`]), a CRI client ([`cri`]),
-//! nvinject's own image ([`release_image`]), process and mount bookkeeping for cleanup and leak checks ([`process`], [`mounts`]), and the
-//! nvinject pieces wired together on a simulated node ([`node`]). It must never touch the host's
+//! nvinject's own image ([`release_image`]), process and mount bookkeeping for cleanup and leak checks ([`process`], [`mounts`]), the
+//! nvinject pieces wired together on a simulated node ([`node`]), and the MPS control daemon's
+//! pipe directory played from the host ([`mps`]). It must never touch the host's
 //! containerd configuration, stop a process it did not start, or leave a mount behind.
 
 pub mod attack;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod image;
 pub mod kubelet;
 pub mod mounts;
+pub mod mps;
 pub mod namespace;
 pub mod node;
 pub mod process;

@@ -80,6 +80,8 @@ pub struct GpuNode {
     pub shim_log: PathBuf,
     /// The node description as built.
     pub description: Value,
+    /// The roots the spec was generated with.
+    pub roots: Roots,
     dir: tempfile::TempDir,
 }
 
@@ -231,6 +233,7 @@ impl GpuNode {
             config_path,
             shim_log,
             description,
+            roots,
             dir,
         })
     }
@@ -281,6 +284,13 @@ impl GpuNode {
             stdout,
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
+    }
+
+    /// Rewrites the node's spec with `nvinject-cdi generate` given `extra` arguments besides the
+    /// node's roots and hook (e.g. `--mps-pipe-dir DIR`); the shim reads the new spec at the next
+    /// container start.
+    pub fn regenerate_spec(&self, extra: &[&std::ffi::OsStr]) -> Result<()> {
+        generate_spec_with(&self.roots, &self.bin_dir.join("nvinject-hook"), &self.spec_path, extra)
     }
 
     /// Sets `[runtime] one-hook-run` in the node's config (the shim reads it at every start);
@@ -364,6 +374,11 @@ pub struct Roots {
 
 /// Generates the node's CDI spec with `nvinject-cdi generate` (the real generator).
 pub fn generate_spec(roots: &Roots, hook: &Path, out: &Path) -> Result<()> {
+    generate_spec_with(roots, hook, out, &[])
+}
+
+/// [`generate_spec`] with `extra` arguments after the usual ones.
+pub fn generate_spec_with(roots: &Roots, hook: &Path, out: &Path, extra: &[&std::ffi::OsStr]) -> Result<()> {
     process::run(
         Command::new(artifact("nvinject-cdi-gen", "nvinject-cdi"))
             .arg("generate")
@@ -380,7 +395,8 @@ pub fn generate_spec(roots: &Roots, hook: &Path, out: &Path) -> Result<()> {
             .arg("--format")
             .arg("json")
             .arg("--output")
-            .arg(out),
+            .arg(out)
+            .args(extra),
     )?;
     Ok(())
 }

@@ -12,6 +12,14 @@
 //! - `nvidia_smi`: the output of `nvidia-smi -L`, when the container has one.
 //!
 //! `nvinject-probe pause` sleeps until SIGTERM or SIGINT (a pod sandbox's pause process).
+//!
+//! `nvinject-probe as-user UID PROGRAM [ARG]...` runs PROGRAM as UID (group UID, no supplementary
+//! groups) and exits with its status: an unprivileged client in an image without `setpriv`.
+//!
+//! `nvinject-probe mps-client SOCKET MESSAGE` does what a CUDA client does with the MPS control
+//! daemon's `control` socket: connects (`SOCK_SEQPACKET`), sends MESSAGE, waits for one answer,
+//! and prints `NVINJECT-MPS <SOCKET> reply=<answer>`, or `NVINJECT-MPS <SOCKET> <step>=<errno>`
+//! and exits 1.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
@@ -26,11 +34,57 @@ fn main() {
         Some("report") => println!("NVINJECT-PROBE {}", report()),
         Some("pause") => pause(),
         Some("exit") => std::process::exit(std::env::args().nth(2).and_then(|c| c.parse().ok()).unwrap_or(0)),
-        _ => {
-            eprintln!("usage: nvinject-probe report|pause|exit CODE");
-            std::process::exit(2);
+        Some("as-user") => as_user(&std::env::args().skip(2).collect::<Vec<_>>()),
+        Some("mps-client") => match (std::env::args().nth(2), std::env::args().nth(3)) {
+            (Some(socket), Some(message)) => mps_client(&socket, &message),
+            _ => usage(),
+        },
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: nvinject-probe report|pause|exit CODE|as-user UID PROGRAM [ARG]...|mps-client SOCKET MESSAGE"
+    );
+    std::process::exit(2);
+}
+
+fn as_user(args: &[String]) -> ! {
+    use std::os::unix::process::CommandExt;
+    let (Some(uid), Some(program)) = (args.first().and_then(|u| u.parse::<u32>().ok()), args.get(1)) else {
+        usage()
+    };
+    // std drops the supplementary groups when root sets a uid.
+    let status = Command::new(program).args(&args[2..]).uid(uid).gid(uid).status();
+    match status {
+        Ok(s) => std::process::exit(s.code().unwrap_or(128)),
+        Err(e) => {
+            eprintln!("nvinject-probe as-user {uid} {program}: {e}");
+            std::process::exit(127);
         }
     }
+}
+
+fn mps_client(socket: &str, message: &str) -> ! {
+    use nix::sys::socket::{self as so, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, sockopt};
+    use std::os::fd::AsRawFd;
+    let fail = |step: &str, e: nix::errno::Errno| -> ! {
+        println!("NVINJECT-MPS {socket} {step}={e:?}");
+        std::process::exit(1);
+    };
+    let fd = so::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+        .unwrap_or_else(|e| fail("socket", e));
+    let addr = UnixAddr::new(socket).unwrap_or_else(|e| fail("address", e));
+    so::connect(fd.as_raw_fd(), &addr).unwrap_or_else(|e| fail("connect", e));
+    // A daemon that never answers must not hang the container.
+    let limit = nix::sys::time::TimeVal::new(10, 0);
+    so::setsockopt(&fd, sockopt::ReceiveTimeout, &limit).unwrap_or_else(|e| fail("timeout", e));
+    so::send(fd.as_raw_fd(), message.as_bytes(), MsgFlags::empty()).unwrap_or_else(|e| fail("send", e));
+    let mut buf = [0u8; 4096];
+    let n = so::recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).unwrap_or_else(|e| fail("recv", e));
+    println!("NVINJECT-MPS {socket} reply={}", String::from_utf8_lossy(&buf[..n]));
+    std::process::exit(0);
 }
 
 extern "C" fn leave(_: c_int) {

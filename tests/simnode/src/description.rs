@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 mod schema;
 
 pub use schema::{
-    Architecture, ComputeInstanceDescription, DriverDescription, FieldProblem, GpuDescription,
+    Architecture, ComputeInstanceDescription, DriverDescription, DriverPackage, FieldProblem, GpuDescription,
     GpuInstanceDescription, MigDescription, NodeDescription, NvLinkDescription, Telemetry,
 };
 

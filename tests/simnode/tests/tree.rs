@@ -13,7 +13,7 @@ use std::process::Command;
 use common::{build_preset, host, run_build, stub_nvml, text};
 use nvinject_simnode::NodeDescription;
 use nvinject_simnode::build::devices::parse_char_majors;
-use nvinject_simnode::build::driver::{BINARIES, LIBRARIES, SonameKind};
+use nvinject_simnode::build::driver::{BINARIES, IMEX_BINARIES, LIBRARIES, SonameKind};
 use nvinject_simnode::{elf, embed, presets};
 
 fn read(path: &Path) -> String {
@@ -93,6 +93,10 @@ fn check_tree(preset: &str, nvml: &Path) {
     let stub = Command::new(driver.join("usr/bin/nvidia-cuda-mps-control")).output().unwrap();
     assert!(stub.status.success());
     assert!(text(&stub).0.starts_with("nvidia-cuda-mps-control: stand-in"), "{}", text(&stub).0);
+    // No preset lists a separate package: the driver alone.
+    for name in IMEX_BINARIES {
+        assert!(!driver.join("usr/bin").join(name).exists(), "{preset}: {name} without nvidia-imex");
+    }
 
     // Firmware, config files, ld.so.conf, IPC.
     for fw in ["gsp_ga10x.bin", "gsp_tu10x.bin"] {
@@ -252,6 +256,40 @@ fn every_preset_builds_into_the_documented_tree() {
     for preset in presets::NAMES {
         check_tree(preset, &nvml);
     }
+}
+
+/// A description listing the `nvidia-imex` package gets its programs, each a working stub; nothing
+/// else of the driver root changes.
+#[test]
+fn the_imex_package_adds_its_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = stub_nvml(dir.path());
+    let mut node = presets::preset("h100x8").unwrap();
+    node.driver.packages = vec![nvinject_simnode::description::DriverPackage::Imex];
+    let file = dir.path().join("imex.json");
+    std::fs::write(&file, node.to_json()).unwrap();
+    let (with, without) = (dir.path().join("imex"), dir.path().join("plain"));
+    let output = run_build(&[
+        "--node",
+        file.to_str().unwrap(),
+        "--out",
+        with.to_str().unwrap(),
+        "--nvml-lib",
+        nvml.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output).1);
+    build_preset("h100x8", &without, &nvml);
+    for name in IMEX_BINARIES {
+        let path = with.join("driver/usr/bin").join(name);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o755, "{name}");
+        let run = Command::new(&path).output().unwrap();
+        assert!(run.status.success() && text(&run).0.starts_with(&format!("{name}: stand-in")), "{run:?}");
+    }
+    let (mut a, b) = (snapshot(&with.join("driver")), snapshot(&without.join("driver")));
+    for name in IMEX_BINARIES {
+        assert!(a.remove(&PathBuf::from("usr/bin").join(name)).is_some(), "{name}");
+    }
+    assert_eq!(a, b, "the package changed more than its programs");
 }
 
 /// What a tree holds, path by path, for comparing two builds.

@@ -8,7 +8,8 @@
 //! 12: NVML not found, 255: other).
 //!
 //! Called as `nvidia-debugdump`, `nvidia-persistenced`, `nvidia-cuda-mps-control`,
-//! `nvidia-cuda-mps-server` or `nvidia-xconfig` (the builder installs copies under those names), it says that it is a
+//! `nvidia-cuda-mps-server`, `nvidia-xconfig`, `nvidia-imex` or `nvidia-imex-ctl` (the builder
+//! installs copies under those names), it says that it is a
 //! stand-in and exits 0. It links only glibc's libc (and libgcc_s), so it runs inside containers.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
@@ -26,13 +27,16 @@ const NVML_ERROR_DRIVER_NOT_LOADED: Ret = 9;
 const NVML_ERROR_IRQ_ISSUE: Ret = 11;
 const NVML_ERROR_FUNCTION_NOT_FOUND: Ret = 13;
 
-/// Names under which this binary is installed as a stub.
+/// Names under which this binary is installed as a stub (the driver's `BINARIES` but this one,
+/// and the separate packages' programs, `IMEX_BINARIES`).
 const STUBS: &[&str] = &[
     "nvidia-debugdump",
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
     "nvidia-xconfig",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
 ];
 
 const DRIVER_NOT_LOADED: &str = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. \
@@ -675,6 +679,14 @@ fn summary(nvml: &Nvml, count: u32) -> Result<(), u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_program_the_builder_copies_this_as_is_a_stub() {
+        use nvinject_simnode::build::driver::{BINARIES, IMEX_BINARIES};
+        let copies: Vec<&str> =
+            BINARIES.iter().chain(&IMEX_BINARIES).copied().filter(|b| *b != "nvidia-smi").collect();
+        assert_eq!(copies, STUBS);
+    }
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()

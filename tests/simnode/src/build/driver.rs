@@ -13,10 +13,25 @@
 //! `libnvidia-fbc`, `egl_external_platform.d/10_nvidia_wayland.json`), negativo17's Fedora
 //! `nvidia-driver.spec` (`gbm/nvidia-drm_gbm.so`, `libnvidia-ngx`, `libnvidia-opticalflow`,
 //! `libnvidia-pkcs11{,-openssl3}`), and the stub set nvidia-ctk 1.20 was recorded against
-//! (`cdi/tests/golden/nvidia-ctk-1.20.0/h100x8-graphics.json`). Left out on purpose, since no 550
-//! list we found has them: the EGL xcb/xlib platform (`libnvidia-egl-xcb`/`-xlib`,
-//! `20_nvidia_{xcb,xlib}.json`, first shipped with 560), `libnvidia-nvvm70`, `libnvidia-sandboxutils`
-//! and the IMEX programs (listed only for later branches); discovery handles them when present.
+//! (`cdi/tests/golden/nvidia-ctk-1.20.0/h100x8-graphics.json`).
+//!
+//! What 550.54.x does and does not ship of the files nvidia-ctk looks for (the evidence, file by
+//! file, is in `tests/simnode/README.md`, "The driver's files against a real 550.54.x"). The
+//! decisive list is negativo17's build of 550.54.14 (github.com/negativo17/nvidia-driver, commit
+//! 22980522fed0): it unpacks
+//! NVIDIA's `NVIDIA-Linux-x86_64-550.54.14.run`, copies every `libnv*.so*` into the package and
+//! names each in `%files`, so a library the `.run` had and the list lacks would have stopped
+//! rpmbuild ("installed but unpackaged"). Shipped, and here: the Xorg modules, the EGL Wayland and
+//! GBM platforms (which that build deletes to use Fedora's own; NVIDIA's 550.54.14 README lists
+//! them among the installed components) and `libnvidia-api.so.1`. Not shipped, so not here (first
+//! in later branches): `libnvidia-egl-xcb`/`-xlib` and `20_nvidia_{xcb,xlib}.json` (560.28.03,
+//! negativo17 75994e6c4b76), `libnvidia-sandboxutils` (565.57.01, 2e4a03115222), `libnvidia-nvvm70`
+//! (575.51.02, 986976d283d5). The IMEX programs ship for 550.54.15, but in their own package
+//! (`nvidia-imex-550`, from NVIDIA's separate `imex-linux-x86_64-550.54.15-archive`;
+//! github.com/canonical/apt-packaging-imex, commit a67857cd5fe0): a node has them only when its
+//! description lists the package ([`package_binaries`]).
+
+use crate::description::DriverPackage;
 
 /// How a library's SONAME is formed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +125,9 @@ pub const LIBRARIES: &[DriverLibrary] = &[
     lib("libnvidia-pkcs11", SonameKind::Versioned),
     lib("libnvidia-pkcs11-openssl3", SonameKind::Versioned),
     lib("libnvidia-wayland-client", SonameKind::Versioned),
-    // The `.run` installer also makes `libnvidia-vulkan-producer.so -> .so.<version>`.
+    // The `.run` installer also makes `libnvidia-vulkan-producer.so -> .so.<version>`. 550 itself
+    // no longer ships it (negativo17 dropped it at 545.23.06, NVIDIA's yum packaging in its 550
+    // branch); kept because nvidia-ctk's recorded spec was made on a node that had it.
     DriverLibrary {
         stem: "libnvidia-vulkan-producer",
         soname: SonameKind::Versioned,
@@ -129,6 +146,14 @@ pub const LIBRARIES: &[DriverLibrary] = &[
         stem: "libnvidia-egl-gbm",
         soname: SonameKind::Major("1"),
         version: FileVersion::Own("1.1.1"),
+        dev_link: false,
+    },
+    // NvAPI: the `.run` ships it only as `libnvidia-api.so.1` (negativo17's 550.54.14 `%files`;
+    // NVIDIA's own yum packaging, branch 550).
+    DriverLibrary {
+        stem: "libnvidia-api",
+        soname: SonameKind::Versioned,
+        version: FileVersion::Own("1"),
         dev_link: false,
     },
 ];
@@ -173,6 +198,18 @@ pub const BINARIES: &[&str] = &[
     "nvidia-cuda-mps-server",
     "nvidia-xconfig",
 ];
+
+/// The programs `nvidia-imex-<branch>` installs in `usr/bin`: the IMEX daemon and its control tool
+/// (NVIDIA's IMEX guide: the package installs the `nvidia-imex` service and `nvidia-imex-ctl`).
+pub const IMEX_BINARIES: [&str; 2] = ["nvidia-imex", "nvidia-imex-ctl"];
+
+/// Programs in `usr/bin` that a separately installed package adds: copies of the stand-in, like
+/// [`BINARIES`].
+pub fn package_binaries(package: DriverPackage) -> &'static [&'static str] {
+    match package {
+        DriverPackage::Imex => &IMEX_BINARIES,
+    }
+}
 
 /// GSP firmware images under `lib/firmware/nvidia/<version>/`.
 pub const FIRMWARE: &[&str] = &["gsp_ga10x.bin", "gsp_tu10x.bin"];

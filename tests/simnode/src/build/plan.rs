@@ -186,7 +186,8 @@ fn driver_root(input: &PlanInput<'_>, out: &mut Vec<Entry>) {
     for (path, target) in module_links {
         out.push(link(xorg.join(path), target));
     }
-    for name in driver::BINARIES {
+    let packages = input.node.driver.packages.iter().flat_map(|p| driver::package_binaries(*p));
+    for name in driver::BINARIES.iter().chain(packages) {
         out.push(Entry::Copy { from: input.smi_bin.to_owned(), path: l.bin_dir().join(name), mode: EXEC });
     }
     let firmware_dir = root.join("lib/firmware/nvidia").join(version);
@@ -386,6 +387,34 @@ mod tests {
             find(&e, "/sim/driver/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"),
             Entry::File { .. }
         ));
+    }
+
+    #[test]
+    fn separate_packages_add_their_programs_only_when_listed() {
+        let imex = "/sim/driver/usr/bin/nvidia-imex";
+        assert!(
+            !planned("h100x8").iter().any(|e| e.path() == Path::new(imex)),
+            "the driver alone has no IMEX"
+        );
+        let layout = Layout::new(Path::new("/sim"));
+        let mut node = crate::presets::preset("h100x8").unwrap();
+        node.driver.packages = vec![crate::description::DriverPackage::Imex];
+        let nvml = shared_object(Machine::X86_64, "libnvidia-ml.so.1");
+        let e = plan(&PlanInput {
+            node: &node,
+            layout: &layout,
+            machine: Machine::X86_64,
+            majors: Majors { uvm: 243, caps: 244 },
+            nvml_image: &nvml,
+            smi_bin: Path::new("/target/nvidia-smi"),
+        });
+        for name in ["nvidia-imex", "nvidia-imex-ctl"] {
+            let path = format!("/sim/driver/usr/bin/{name}");
+            assert!(matches!(find(&e, &path), Entry::Copy { mode: 0o755, .. }), "{path}");
+        }
+        // The description says so, for whoever reads node.json.
+        let json: serde_json::Value = serde_json::from_str(&node.to_json()).unwrap();
+        assert_eq!(json["driver"]["packages"], serde_json::json!(["imex"]));
     }
 
     #[test]

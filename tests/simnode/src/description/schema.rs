@@ -41,6 +41,20 @@ pub struct DriverDescription {
     /// When false, `nvmlInit` fails with `NVML_ERROR_DRIVER_NOT_LOADED`.
     #[serde(default = "yes")]
     pub loaded: bool,
+    /// NVIDIA's separately packaged components installed beside the driver, of the same version
+    /// (`["imex"]`); their files are added to the driver root. None by default, as the driver
+    /// alone installs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<DriverPackage>,
+}
+
+/// A component NVIDIA ships in its own package, not in the driver's `.run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverPackage {
+    /// `nvidia-imex-<branch>`: the IMEX daemon `nvidia-imex` and its control tool
+    /// `nvidia-imex-ctl` in `/usr/bin`.
+    Imex,
 }
 
 fn yes() -> bool {
