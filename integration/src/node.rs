@@ -42,6 +42,9 @@ pub struct NodeOptions {
     pub config_extra: String,
     /// Enable containerd's CRI plugin (with an `nvidia` handler using our runtime).
     pub cri: bool,
+    /// The shim's `[regenerate] lock-dir`; `None`: `locks` in the node's own directory, so no test
+    /// leaves the default `/run/nvinject/locks` on the host.
+    pub lock_dir: Option<PathBuf>,
     /// The shim's `[runtime] log-level` (`debug` adds a `shim start` timing line per start).
     pub log_level: String,
 }
@@ -53,6 +56,7 @@ impl Default for NodeOptions {
             real_driver: false,
             config_extra: String::new(),
             cri: false,
+            lock_dir: None,
             log_level: "debug".into(),
         }
     }
@@ -191,8 +195,7 @@ impl GpuNode {
             "[cdi]\nspec-dirs = [{cdi}]\n\n[runtime]\nlog-file = {log}\nlog-level = {level}\n\n\
              [regenerate]\nsys-root = {sys}\nproc-root = {proc}\nlock-dir = {locks}\n{extra}\n",
             cdi = toml_path(&cdi_dir),
-            // The node's own, so no test leaves the default /run/nvinject/locks on the host.
-            locks = toml_path(&base.join("locks")),
+            locks = toml_path(&options.lock_dir.clone().unwrap_or_else(|| base.join("locks"))),
             log = toml_path(&shim_log),
             level = toml_str(&options.log_level),
             sys = toml_path(&roots.sys),

@@ -383,10 +383,8 @@ fn the_spec_lock_cannot_be_held_or_hijacked_by_others() {
     fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let lock_dir = parent.path().join("locks");
     let node = node(&NodeOptions {
-        config_extra: format!(
-            "lock-dir = {}\nlock-timeout-secs = 2\n",
-            serde_json::to_string(&lock_dir.to_string_lossy()).unwrap()
-        ),
+        lock_dir: Some(lock_dir.clone()),
+        config_extra: "lock-timeout-secs = 2\n".into(),
         ..Default::default()
     });
     let name = format!("{}.lock", node.spec_path.to_string_lossy().trim_start_matches('/').replace('/', "_"));
