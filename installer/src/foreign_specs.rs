@@ -21,7 +21,6 @@ use nvinject_fsio::root::EntryType;
 use nvinject_shim_config::Config;
 
 use crate::containerd::EffectiveCdi;
-use crate::install::Settings;
 use crate::paths::{FILE_LIMIT, HostRoot, host_join, split};
 
 /// The most spec files read from one directory; the rest are reported as not checked (a CDI
@@ -40,13 +39,14 @@ pub struct Reader {
     pub dirs: Vec<String>,
 }
 
-/// The shim as a reader: the spec dirs of its configuration (`config_text`, the file on the
-/// host), or, when there is none or it does not parse, the dirs the installer writes into it.
-pub fn shim_reader(config_text: Option<&str>, settings: &Settings) -> Reader {
-    let parsed = config_text.and_then(|t| Config::parse(t, Path::new(&settings.runtime_config)).ok());
+/// The shim as a reader: the spec dirs of its configuration (`config_text`, the file at
+/// `config_path` on the host), or, when there is none or it does not parse, `written_dirs` (the
+/// dirs the installer writes into it).
+pub fn shim_reader(config_text: Option<&str>, config_path: &Path, written_dirs: Vec<PathBuf>) -> Reader {
+    let parsed = config_text.and_then(|t| Config::parse(t, config_path).ok());
     let dirs = match parsed {
         Some(config) => config.cdi.spec_dirs,
-        None => crate::runtime_config::shim_spec_dirs(settings),
+        None => written_dirs,
     };
     Reader {
         name: "nvinject's shim".into(),

@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
@@ -539,7 +539,11 @@ fn foreign_spec_warnings(
 ) -> Vec<String> {
     let our_spec = s.spec_path();
     let Some((kind, names)) = foreign_specs::our_devices(spec, &our_spec) else { return Vec::new() };
-    let mut readers = vec![foreign_specs::shim_reader(Some(shim_config), s)];
+    let mut readers = vec![foreign_specs::shim_reader(
+        Some(shim_config),
+        Path::new(&s.runtime_config),
+        crate::runtime_config::shim_spec_dirs(s),
+    )];
     readers.extend(foreign_specs::containerd_reader(cdi));
     let scan = foreign_specs::scan(&s.host_root, &our_spec, &readers);
     foreign_specs::warnings(&foreign_specs::find(&kind, &names, &scan), &our_spec)

@@ -137,7 +137,11 @@ pub fn spec(settings: &Settings, env: &dyn DoctorEnv) -> SpecFacts {
 /// counts as having none (its phase says why).
 fn cdi_readers(settings: &Settings, env: &dyn DoctorEnv) -> Vec<Reader> {
     let config = env.files().text(&settings.runtime_config).ok().flatten();
-    let mut readers = vec![foreign_specs::shim_reader(config.as_deref(), settings)];
+    let mut readers = vec![foreign_specs::shim_reader(
+        config.as_deref(),
+        Path::new(&settings.runtime_config),
+        crate::runtime_config::shim_spec_dirs(settings),
+    )];
     let cdi = env.containerd_version().ok().and_then(|version| {
         let sources = env.files().containerd_sources(&settings.containerd_config, &version).ok()?;
         containerd::effective_cdi(&sources, &version).ok().flatten()
