@@ -247,6 +247,14 @@ fn run_smoke(cluster: &mut Cluster, name: &str, gpus: Option<u32>) -> Smoke {
     Smoke { phase, log, gpus, runtime, took }
 }
 
+/// A pod in `namespace` that holds `gpus` GPUs and sleeps.
+fn sleeper(namespace: &str, name: &str, gpus: u32) -> Value {
+    let mut pod = smoke_pod(name, Some(gpus));
+    pod["metadata"]["namespace"] = json!(namespace);
+    pod["spec"]["containers"][0]["command"] = json!(["sleep", "600"]);
+    pod
+}
+
 fn gpu_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.starts_with("GPU ")).collect()
 }
@@ -412,6 +420,107 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         assert_eq!(none.runtime, NVINJECT_RUNTIME, "the pod without the limit ran through our runtime too");
         steps.push(("gpu-smoke without limit: apply -> Failed", none.took));
 
+        // The article's ResourceQuota: 8 GPUs in namespace `research`; a pod holding all 8 runs, the
+        // 9th GPU is refused by the API server.
+        let t = Instant::now();
+        cluster.kubectl_out(&["create", "namespace", "research"]).unwrap();
+        cluster
+            .apply(&json!({
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": { "name": "gpu-quota", "namespace": "research" },
+                "spec": { "hard": { "requests.nvidia.com/gpu": "8", "limits.nvidia.com/gpu": "8" } },
+            }))
+            .unwrap();
+        let eight = sleeper("research", "eight-gpus", 8);
+        kubelet::wait_for(
+            "pod research/eight-gpus to be accepted",
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            || Ok(cluster.apply(&eight).ok()),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.apply(&eight).err()));
+        let running = wait("pod research/eight-gpus to run", Duration::from_secs(120), &mut cluster, |c| {
+            let p = c.get_json(&["pod", "-n", "research", "eight-gpus"]).ok()?;
+            (p["status"]["phase"] == "Running").then_some(p)
+        });
+        let uid = running["metadata"]["uid"].as_str().unwrap();
+        let held = cluster.node().allocated(uid, GPU).unwrap();
+        assert_eq!(held.len(), 8, "the pod holds all eight GPUs: {held:?}");
+        let ninth =
+            cluster.apply(&sleeper("research", "ninth-gpu", 1)).expect_err("the 9th GPU must be refused");
+        let message = ninth.to_string();
+        assert!(
+            message.contains("exceeded quota: gpu-quota") && message.contains("nvidia.com/gpu"),
+            "the quota refuses the 9th GPU: {message}"
+        );
+        let quota = cluster.get_json(&["resourcequota", "-n", "research", "gpu-quota"]).unwrap();
+        assert_eq!(quota["status"]["used"]["requests.nvidia.com/gpu"], "8", "{}", quota["status"]);
+        steps.push(("ResourceQuota: 8 held, 9th refused", t.elapsed()));
+        let refusal = message.find("exceeded quota").map_or(message.as_str(), |i| &message[i..]);
+        println!(
+            "ResourceQuota gpu-quota: 8 GPUs held by research/eight-gpus, the 9th refused: {}",
+            refusal.trim()
+        );
+        cluster.kubectl_out(&["delete", "pod", "-n", "research", "eight-gpus", "--wait=true"]).unwrap();
+
+        // The article's taint: our DaemonSets tolerate it (a deleted plugin pod comes back, Ready, and
+        // the GPUs with it); a GPU pod without the toleration stays Pending with the scheduler's
+        // reason; the RuntimeClass `nvidia` carries the toleration, so a pod selecting it runs.
+        let t = Instant::now();
+        cluster.kubectl_out(&["taint", "nodes", NODE, "nvidia.com/gpu=present:NoSchedule"]).unwrap();
+        let plugin_selector = "app.kubernetes.io/name=nvinject-device-plugin";
+        let old = cluster.get_json(&["pods", "-n", NAMESPACE, "-l", plugin_selector]).unwrap();
+        let old_uid = old["items"][0]["metadata"]["uid"].as_str().unwrap().to_owned();
+        cluster
+            .kubectl_out(&["delete", "pods", "-n", NAMESPACE, "-l", plugin_selector, "--wait=true"])
+            .unwrap();
+        wait(
+            "the device plugin pod to be back and Ready on the tainted node",
+            Duration::from_secs(120),
+            &mut cluster,
+            |c| {
+                let pods = c.get_json(&["pods", "-n", NAMESPACE, "-l", plugin_selector]).ok()?;
+                let p = pods["items"].as_array()?.first()?.clone();
+                let ready = p["metadata"]["uid"] != old_uid.as_str()
+                    && condition(&p, "Ready").is_some_and(|r| r["status"] == "True");
+                ready.then_some(())
+            },
+        );
+        wait("allocatable nvidia.com/gpu to be 8 again", Duration::from_secs(120), &mut cluster, |c| {
+            let node = c.get_json(&["node", NODE]).ok()?;
+            (node["status"]["allocatable"][GPU] == "8").then_some(())
+        });
+        let mut untolerated = smoke_pod("no-toleration", Some(1));
+        untolerated["spec"].as_object_mut().unwrap().remove("runtimeClassName");
+        cluster.apply(&untolerated).unwrap();
+        let pending = wait(
+            "the scheduler's verdict on pod no-toleration",
+            Duration::from_secs(60),
+            &mut cluster,
+            |c| {
+                let p = c.get_json(&["pod", "no-toleration"]).ok()?;
+                let scheduled = condition(&p, "PodScheduled")?.clone();
+                (scheduled["status"] == "False").then_some((p, scheduled))
+            },
+        );
+        let (pod, scheduled) = pending;
+        assert_eq!(pod["status"]["phase"], "Pending", "{}", pod["status"]);
+        assert_eq!(scheduled["reason"], "Unschedulable", "{scheduled}");
+        let why = scheduled["message"].as_str().unwrap_or_default().to_owned();
+        assert!(why.contains("taint {nvidia.com/gpu: present}"), "the scheduler names the taint: {why}");
+        let tolerated = run_smoke(&mut cluster, "gpu-smoke-tainted", Some(1));
+        assert_eq!(
+            tolerated.phase, "Succeeded",
+            "RuntimeClass nvidia carries the toleration: {}",
+            tolerated.log
+        );
+        assert_eq!(gpu_lines(&tolerated.log).len(), 1, "{}", tolerated.log);
+        steps.push(("taint: plugin back, Pending verdict, smoke pod", t.elapsed()));
+        println!(
+            "tainted node: plugin pod recreated and Ready, pod without toleration Pending ({why}), RuntimeClass pod Succeeded"
+        );
+
         // Teardown: every daemon by PID, the kubelet's cgroups emptied and removed, the host root's
         // binds unmounted, links removed; then the node's containerd config restored byte for byte.
         let t = Instant::now();
@@ -441,7 +550,7 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         println!("teardown in {:.1?}: {report:?}", t.elapsed());
         println!("wall time per step:");
         for (step, d) in &steps {
-            println!("  {step:<42} {:>7.1} s", d.as_secs_f64());
+            println!("  {step:<48} {:>7.1} s", d.as_secs_f64());
         }
         println!("whole run inside the namespaces: {:.1?}", test_started.elapsed());
     });
