@@ -4,7 +4,8 @@
 //! names, packed from this build's debug binaries by the code `./x image` uses) imported into the
 //! node's containerd; the real `deploy/` rolled out with `kubectl apply -k` through a test overlay that
 //! only points roots at the simulated node and the node's own host root; then the article's day-1
-//! checks, asserted on what kubectl and the container print. Needs root, containerd, runc, openssl,
+//! checks and two of its day-2 ones (ResourceQuota, taint), asserted on what kubectl and the
+//! container print. Needs root, containerd, runc, openssl,
 //! util-linux and iproute2; the first run builds the control plane (see
 //! integration/kubelet/build-kubelet.sh) and fetches Debian's etcd, kubectl and CNI plugins.
 //!
@@ -262,7 +263,8 @@ fn gpu_lines(log: &str) -> Vec<&str> {
 /// Issue 14: the control plane and a simulated GPU node come up; `kubectl apply -k` of deploy/
 /// (through the test overlay) brings both DaemonSets to 1/1 Ready with nvinject's own image, the node
 /// advertises 8 GPUs, the gpu-smoke pod sees exactly the GPU the plugin allocated through our shim, and
-/// the same pod without the limit sees none; teardown leaves nothing behind.
+/// the same pod without the limit sees none; a GPU quota refuses the 9th GPU; on a tainted node our
+/// DaemonSets still run and only tolerating pods are scheduled; teardown leaves nothing behind.
 #[test]
 fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
     const NAME: &str = "deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu";
