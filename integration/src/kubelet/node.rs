@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use super::cgroup::CgroupRoot;
-use super::config::{KubeletSettings, StaticPod, containerd_node_config};
+use super::config::{ApiServerLink, KubeletSettings, StaticPod, containerd_node_config};
 use super::daemon::Daemon;
 use super::{KubeletArtifacts, KubeletError};
 use crate::containerd::ctr_command;
@@ -119,6 +119,10 @@ pub struct NodeOptions {
     pub containerd_path_prepend: Vec<PathBuf>,
     /// Images to import into containerd's `k8s.io` namespace besides the pause image.
     pub images: Vec<BuiltImage>,
+    /// Where containerd's CRI finds CNI plugins.
+    pub cni_bin_dir: PathBuf,
+    /// The API server the kubelet joins (`None`: standalone).
+    pub api: Option<ApiServerLink>,
 }
 
 impl Default for NodeOptions {
@@ -127,6 +131,8 @@ impl Default for NodeOptions {
             node_name: "nvinject-node".into(),
             containerd_path_prepend: Vec::new(),
             images: Vec::new(),
+            cni_bin_dir: PathBuf::from("/usr/lib/cni"),
+            api: None,
         }
     }
 }
@@ -179,6 +185,12 @@ pub struct ShutdownReport {
     pub pods_removed: usize,
     /// Cgroup directories removed (the kubelet's QoS tree and the root, in every hierarchy).
     pub cgroups_removed: usize,
+    /// Processes found in the kubelet's cgroups after every daemon stopped, killed before the
+    /// cgroups were removed (none when the runtime cleaned up after itself).
+    pub killed_in_cgroups: Vec<i32>,
+    /// What was still mounted below the kubelet's root dir once it stopped (the kubelet makes its
+    /// root a shared bind mount of itself), unmounted here.
+    pub unmounted: Vec<PathBuf>,
 }
 
 fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KubeletError + use<> {
@@ -240,11 +252,12 @@ impl PreparedNode {
             port: 10250,
             healthz_port: 10248,
             read_only_port: 10255,
+            api: options.api.clone(),
         };
         let config = serde_json::to_string_pretty(&settings.config()).expect("JSON values serialise");
         fs::write(&settings.config_file, config).map_err(io("write", &settings.config_file))?;
         let containerd_config = Path::new(CONTAINERD_CONFIG);
-        fs::write(containerd_config, containerd_node_config(&artifacts.pause_image))
+        fs::write(containerd_config, containerd_node_config(&artifacts.pause_image, &options.cni_bin_dir))
             .map_err(io("write", containerd_config))?;
         Ok(PreparedNode { dirs, settings, artifacts: artifacts.clone(), options, cgroup, sysctl_files })
     }
@@ -352,6 +365,9 @@ impl KubeNode {
     fn start_kubelet(&mut self) -> Result<(), KubeletError> {
         let mut cmd = Command::new(&self.artifacts.kubelet);
         cmd.args(self.settings.args());
+        // Not on AWS: without this the kubelet's credential provider probes EC2's metadata address
+        // for about 6 s before it starts.
+        cmd.env("AWS_EC2_METADATA_DISABLED", "true");
         let mut d = Daemon::spawn("kubelet", cmd, &self.dirs.logs.join("kubelet.log"), &self.dirs.pid_file)?;
         let socket = self.dirs.device_plugins().join("kubelet.sock");
         let port = self.settings.healthz_port;
@@ -591,9 +607,11 @@ impl KubeNode {
             });
         }
         if let Some(mut cg) = self.cgroup.take() {
+            report.killed_in_cgroups = cg.kill_remaining();
             report.cgroups_removed = cg.tree().len();
             cg.remove(Duration::from_secs(10))?;
         }
+        report.unmounted = crate::mounts::unmount_under(&self.dirs.kubelet_root);
         Ok(report)
     }
 }
@@ -616,6 +634,9 @@ impl Drop for KubeNode {
         }
         for (pid, _) in stray_processes() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if let Some(cg) = self.cgroup.as_ref() {
+            cg.kill_remaining();
         }
     }
 }

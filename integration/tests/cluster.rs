@@ -1,0 +1,559 @@
+//! A real cluster (issue 14): the control plane (etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler 1.20) and one simulated h100x8 GPU node (containerd and the kubelet joined to the API
+//! server) inside the test's own mount and network namespaces; nvinject's image (the one `deploy/`
+//! names, packed from this build's debug binaries by the code `./x image` uses) imported into the
+//! node's containerd; the real `deploy/` rolled out with `kubectl apply -k` through a test overlay that
+//! only points roots at the simulated node and the node's own host root; then the article's day-1
+//! checks and two of its day-2 ones (ResourceQuota, taint), asserted on what kubectl and the
+//! container print. Needs root, containerd, runc, openssl,
+//! util-linux and iproute2; the first run builds the control plane (see
+//! integration/kubelet/build-kubelet.sh) and fetches Debian's etcd, kubectl and CNI plugins.
+//!
+//! Run by hand: `cargo test -p nvinject-integration --test cluster -- --nocapture`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nvinject_integration::cluster::{
+    self, Cluster, ClusterArtifacts, ClusterOptions, PreparedCluster, SimRoots, condition, test_overlay,
+};
+use nvinject_integration::containerd::ctr_command;
+use nvinject_integration::image::{self, ImageSpec};
+use nvinject_integration::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
+use nvinject_integration::kubelet::{self, KubeletError};
+use nvinject_integration::namespace::isolated;
+use nvinject_integration::release_image::{self, ReleaseInputs};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
+use serde_json::{Value, json};
+
+/// How long one isolated run may take before everything in its namespace is killed.
+const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
+/// The resource our device plugin advertises.
+const GPU: &str = "nvidia.com/gpu";
+/// The GPU node's name.
+const NODE: &str = "gpu-node";
+/// The article's gpu-smoke image, replaced by a local one carrying the simulated driver's nvidia-smi.
+const SMOKE_IMAGE: &str = "localhost/nvinject/gpu-smoke:1";
+/// nvinject's namespace in deploy/.
+const NAMESPACE: &str = "nvinject-system";
+/// containerd's name for our runtime.
+const NVINJECT_RUNTIME: &str = "io.containerd.nvinject.v2";
+
+fn artifacts() -> ClusterArtifacts {
+    let started = Instant::now();
+    let a = cluster::cluster_artifacts().unwrap_or_else(|e| panic!("{e}"));
+    let stamp = |k: &str| a.kubelet.stamp.iter().find(|(key, _)| key == k).map_or("?", |(_, v)| v.as_str());
+    println!(
+        "kubelet and control plane {} ({}), built with {} in {} s (compile {} s, peak {} MiB); etcd, kubectl, CNI from {}; found in {:.1?}",
+        stamp("kubelet-version"),
+        a.kube_apiserver.parent().unwrap().display(),
+        stamp("go-version"),
+        stamp("build-seconds"),
+        stamp("compile-seconds"),
+        stamp("compile-peak-tree-rss-mib"),
+        a.etcd.parent().unwrap().parent().unwrap().parent().unwrap().display(),
+        started.elapsed()
+    );
+    a
+}
+
+/// This build's binaries, found (or built) by cargo outside the namespaces.
+struct Binaries {
+    installer: PathBuf,
+    hook: PathBuf,
+    simnode: PathBuf,
+    /// The directory the installer copies from when run on the node before containerd starts (the
+    /// same files the image carries).
+    bin_dir: PathBuf,
+}
+
+impl Binaries {
+    fn find() -> Self {
+        let installer = artifact("nvinject-installer", "nvinject-installer");
+        let bin_dir = installer.parent().unwrap().to_owned();
+        for (package, file) in [
+            ("nvinject-device-plugin", "nvinject-device-plugin"),
+            ("nvinject-cdi-gen", "nvinject-cdi"),
+            ("nvinject-shim", "containerd-shim-nvinject-v2"),
+        ] {
+            assert_eq!(
+                artifact(package, file).parent(),
+                Some(bin_dir.as_path()),
+                "{file} is built beside the installer"
+            );
+        }
+        Binaries { installer, hook: static_hook(), simnode: simnode_bin("nvinject-simnode"), bin_dir }
+    }
+}
+
+/// The image's five binaries, copied into `dir` without their debug info (`strip --strip-debug`).
+fn stripped_binaries(bins: &Binaries, dir: &Path) -> PathBuf {
+    fs::create_dir_all(dir).unwrap();
+    for name in release_image::BINARIES {
+        let source = if name == "nvinject-hook" { bins.hook.clone() } else { bins.bin_dir.join(name) };
+        run(Command::new("strip").arg("--strip-debug").arg("-o").arg(dir.join(name)).arg(&source));
+    }
+    dir.to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// The installer DaemonSet's container env and its host-root volume's path, from the objects
+/// `kubectl apply -k <overlay>` would create (`--dry-run=client -o json`).
+fn installer_env(cluster_kubectl: Command, overlay: &Path) -> (Vec<(String, String)>, String) {
+    let mut cmd = cluster_kubectl;
+    cmd.args(["create", "--dry-run=client", "-o", "json", "-k"]).arg(overlay);
+    // One JSON object per resource, one after the other.
+    let objects: Vec<Value> =
+        serde_json::Deserializer::from_str(&run(&mut cmd)).into_iter().collect::<Result<_, _>>().unwrap();
+    let ds = objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "nvinject-installer")
+        .expect("the overlay renders the installer DaemonSet");
+    let spec = &ds["spec"]["template"]["spec"];
+    let env = spec["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let host_root = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "host-root")
+        .and_then(|v| v["hostPath"]["path"].as_str())
+        .expect("a host-root volume")
+        .to_owned();
+    (env, host_root)
+}
+
+/// `nvinject-installer <action>` on the node with the DaemonSet's own settings (its host root as the
+/// volume's host path, binaries from this build), restarting nothing: before containerd first starts,
+/// as after a node's reboot; and to restore the node after the test.
+fn installer_on_node(
+    installer: &Path,
+    action: &str,
+    env: &[(String, String)],
+    host_root: &str,
+    bin_dir: &Path,
+) -> String {
+    let mut cmd = Command::new(installer);
+    cmd.arg(action);
+    for (k, v) in env {
+        match k.as_str() {
+            "NVINJECT_HOST_ROOT" => cmd.env(k, host_root),
+            "NVINJECT_RESTART_MODE" => cmd.env(k, "none"),
+            "NVINJECT_READY_FILE" | "NVINJECT_LOG_FORMAT" => &mut cmd,
+            _ => cmd.env(k, v),
+        };
+    }
+    cmd.env("NVINJECT_SOURCE_DIR", bin_dir);
+    run(&mut cmd)
+}
+
+fn wait<T>(
+    what: &str,
+    timeout: Duration,
+    cluster: &mut Cluster,
+    mut probe: impl FnMut(&mut Cluster) -> Option<T>,
+) -> T {
+    kubelet::wait_for(what, timeout, Duration::from_millis(250), || {
+        cluster.control_plane().check_running()?;
+        Ok(probe(cluster))
+    })
+    .unwrap_or_else(|e: KubeletError| {
+        panic!(
+            "{e}\nnvinject pods:\n{}\nkubelet log:\n{}",
+            cluster.kubectl_out(&["get", "pods", "-A", "-o", "wide"]).unwrap_or_default(),
+            cluster.node().log_tail("kubelet", 20)
+        )
+    })
+}
+
+/// The article's gpu-smoke pod (`runtimeClassName: nvidia`, `nvidia-smi -L`), with or without the limit.
+fn smoke_pod(name: &str, gpus: Option<u32>) -> Value {
+    let mut container = json!({
+        "name": "cuda",
+        "image": SMOKE_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["nvidia-smi", "-L"],
+    });
+    if let Some(n) = gpus {
+        container["resources"] = json!({ "limits": { GPU: n.to_string() } });
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": "nvidia",
+            // It needs no API access (and the test's pods mount nothing but their image).
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
+    })
+}
+
+/// A completed smoke pod: its phase, log, UID, the GPUs the kubelet allocated, the runtime containerd ran it with.
+struct Smoke {
+    phase: String,
+    log: String,
+    gpus: Vec<String>,
+    runtime: String,
+    took: Duration,
+}
+
+fn run_smoke(cluster: &mut Cluster, name: &str, gpus: Option<u32>) -> Smoke {
+    let pod = smoke_pod(name, gpus);
+    let started = Instant::now();
+    // The namespace's default ServiceAccount is the controller-manager's to make: retried until it is.
+    let applied = kubelet::wait_for(
+        &format!("pod {name} to be accepted"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || Ok(cluster.apply(&pod).ok()),
+    );
+    applied.unwrap_or_else(|e| panic!("{e}: {:?}", cluster.apply(&pod).err()));
+    let done = wait(&format!("pod {name} to complete"), Duration::from_secs(120), cluster, |c| {
+        let p = c.get_json(&["pod", name]).ok()?;
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(p)
+    });
+    let took = started.elapsed();
+    let phase = done["status"]["phase"].as_str().unwrap_or_default().to_owned();
+    let log = cluster.kubectl_out(&["logs", name]).unwrap_or_else(|e| panic!("{e}"));
+    let uid = done["metadata"]["uid"].as_str().unwrap().to_owned();
+    let gpus = cluster.node().allocated(&uid, GPU).unwrap_or_else(|e| panic!("{e}"));
+    let id = done["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .unwrap_or_else(|| panic!("pod {name} reports no containerd container: {}", done["status"]))
+        .to_owned();
+    let info = run(ctr_command(Path::new(CONTAINERD_SOCKET), "k8s.io").args(["containers", "info", &id]));
+    let info: Value = serde_json::from_str(&info).unwrap_or_else(|e| panic!("ctr c info {id}: {e}: {info}"));
+    let runtime = info["Runtime"]["Name"].as_str().unwrap_or_default().to_owned();
+    println!(
+        "pod {name}: {phase} in {took:.2?}, allocated {gpus:?}, runtime {runtime}; log: {:?}",
+        log.trim()
+    );
+    Smoke { phase, log, gpus, runtime, took }
+}
+
+/// A pod in `namespace` that holds `gpus` GPUs and sleeps.
+fn sleeper(namespace: &str, name: &str, gpus: u32) -> Value {
+    let mut pod = smoke_pod(name, Some(gpus));
+    pod["metadata"]["namespace"] = json!(namespace);
+    pod["spec"]["containers"][0]["command"] = json!(["sleep", "600"]);
+    pod
+}
+
+fn gpu_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.starts_with("GPU ")).collect()
+}
+
+/// Issue 14: the control plane and a simulated GPU node come up; `kubectl apply -k` of deploy/
+/// (through the test overlay) brings both DaemonSets to 1/1 Ready with nvinject's own image, the node
+/// advertises 8 GPUs, the gpu-smoke pod sees exactly the GPU the plugin allocated through our shim, and
+/// the same pod without the limit sees none; a GPU quota refuses the 9th GPU; on a tainted node our
+/// DaemonSets still run and only tolerating pods are scheduled; teardown leaves nothing behind.
+#[test]
+fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
+    const NAME: &str = "deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu";
+    let artifacts = artifacts();
+    let bins = Binaries::find();
+    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
+    isolated(NAME, RUN_LIMIT, |inside| {
+        let test_started = Instant::now();
+        let mut steps: Vec<(&str, Duration)> = Vec::new();
+        let work = inside.work();
+        let sim_dir = work.join("sim");
+        run(Command::new(&bins.simnode).args(["build", "--preset", "h100x8", "--out"]).arg(&sim_dir));
+        let sim = SimRoots {
+            driver_root: sim_dir.join("driver"),
+            dev_root: sim_dir.join("host"),
+            proc_root: sim_dir.join("host/proc"),
+            sys_root: sim_dir.join("host/sys"),
+            dir: sim_dir.clone(),
+        };
+
+        // nvinject's image under the name deploy/ uses, from this build's debug binaries with their
+        // debug info stripped (as the release profile strips it): unstripped, the five weigh about
+        // 220 MiB, and the installer, which holds them in memory, overruns deploy/'s 256 MiB limit.
+        let t = Instant::now();
+        let bin_dir = stripped_binaries(&bins, &work.join("image-bin"));
+        let release = release_image::build(
+            &ReleaseInputs {
+                name: image_name.clone(),
+                bin_dir: bin_dir.clone(),
+                hook: bin_dir.join("nvinject-hook"),
+            },
+            &work.join("nvinject-image.tar"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
+            release.image.name,
+            release.digest,
+            release.size as f64 / 1048576.0,
+            t.elapsed()
+        );
+        let smoke = image::build(
+            &ImageSpec {
+                name: SMOKE_IMAGE.into(),
+                programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
+                cmd: vec!["nvidia-smi".into()],
+                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+            },
+            &work.join("gpu-smoke.tar"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        // Bring-up: network, control plane, node layout; nvinject installed as its DaemonSet would
+        // (same settings, rendered from the overlay) before containerd first starts; node Ready.
+        let t = Instant::now();
+        let options = ClusterOptions {
+            node_name: NODE.into(),
+            images: vec![release.image.clone(), smoke],
+            sim_dir: sim_dir.clone(),
+        };
+        let prepared = PreparedCluster::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
+        let overlay = work.join("overlay");
+        fs::create_dir_all(&overlay).unwrap();
+        for (file, text) in test_overlay(&overlay, &deploy, prepared.host_root(), &sim) {
+            fs::write(overlay.join(file), text).unwrap();
+        }
+        let (env, host_root) = installer_env(prepared.control_plane().kubectl(), &overlay);
+        assert_eq!(Path::new(&host_root), prepared.host_root());
+        let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
+        let out = installer_on_node(&bins.installer, "install", &env, &host_root, &bin_dir);
+        println!("installer on the node before containerd starts:\n{}", out.trim_end());
+        let mut cluster = prepared.start().unwrap_or_else(|e| panic!("{e}"));
+        steps.push(("bring-up (control plane + node Ready)", t.elapsed()));
+        println!("bring-up: control plane and node {NODE} Ready in {:.1?}", t.elapsed());
+        let version: Value =
+            serde_json::from_str(&cluster.kubectl_out(&["version", "-o", "json"]).unwrap()).unwrap();
+        assert_eq!(version["serverVersion"]["gitVersion"], "v1.20.2", "the API server's version: {version}");
+        assert_eq!(version["clientVersion"]["gitVersion"], "v1.20.2", "kubectl's version: {version}");
+
+        // kubectl apply -k: both DaemonSets 1/1 Ready, running nvinject's image.
+        let t = Instant::now();
+        println!("{}", cluster.kubectl_out(&["apply", "-k", &overlay.to_string_lossy()]).unwrap().trim_end());
+        let daemonsets =
+            wait("both DaemonSets to be 1/1 Ready", Duration::from_secs(180), &mut cluster, |c| {
+                let list = c.get_json(&["daemonsets", "-n", NAMESPACE]).ok()?;
+                let items = list["items"].as_array()?.clone();
+                let ready = items.len() == 2
+                    && items.iter().all(|d| {
+                        d["status"]["desiredNumberScheduled"] == 1 && d["status"]["numberReady"] == 1
+                    });
+                ready.then_some(items)
+            });
+        let ds_ready = t.elapsed();
+        println!("both DaemonSets 1/1 Ready {ds_ready:.1?} after apply");
+        for d in &daemonsets {
+            let image = &d["spec"]["template"]["spec"]["containers"][0]["image"];
+            assert_eq!(image, image_name.as_str(), "{} runs the image deploy/ names", d["metadata"]["name"]);
+        }
+        let pods = cluster.get_json(&["pods", "-n", NAMESPACE]).unwrap();
+        for p in pods["items"].as_array().unwrap() {
+            let status = &p["status"]["containerStatuses"][0];
+            assert_eq!(status["ready"], true, "{}", p["metadata"]["name"]);
+            assert_eq!(status["restartCount"], 0, "no restart loop: {}", p["status"]);
+            assert!(
+                status["image"].as_str().is_some_and(|i| i.ends_with(&image_name)),
+                "the pod runs the image deploy/ names: {status}"
+            );
+        }
+        // The installer pod found the node configured as it would configure it: nothing to restart.
+        let installer_log =
+            cluster.kubectl_out(&["logs", "-n", NAMESPACE, "daemonset/nvinject-installer"]).unwrap();
+        assert!(
+            installer_log.contains("containerd not restarted: its configuration did not change"),
+            "the installer pod restarted nothing:\n{installer_log}"
+        );
+        // The name deploy/ uses is the image this test built and imported.
+        let images = run(ctr_command(Path::new(CONTAINERD_SOCKET), "k8s.io").args(["images", "ls"]));
+        assert!(
+            images.lines().any(|l| l.starts_with(&format!("{image_name} ")) && l.contains(&release.digest)),
+            "containerd resolves {image_name} to {}:\n{images}",
+            release.digest
+        );
+
+        // allocatable nvidia.com/gpu, as the article's jq reads it.
+        let allocatable =
+            wait("allocatable nvidia.com/gpu to be 8", Duration::from_secs(120), &mut cluster, |c| {
+                let nodes = c.get_json(&["nodes"]).ok()?;
+                let node = nodes["items"].as_array()?.iter().find(|n| n["metadata"]["name"] == NODE)?.clone();
+                let n = node["status"]["allocatable"][GPU].as_str()?.to_owned();
+                (n == "8").then_some(n)
+            });
+        let gpus_visible = t.elapsed();
+        steps.push(("apply -> DaemonSets 1/1 Ready", ds_ready));
+        steps.push(("apply -> allocatable nvidia.com/gpu = 8", gpus_visible));
+        println!("node {NODE}: allocatable {GPU} = {allocatable}, {gpus_visible:.1?} after apply");
+        let node = cluster.get_json(&["node", NODE]).unwrap();
+        assert_eq!(condition(&node, "Ready").unwrap()["status"], "True");
+
+        // gpu-smoke: exactly the GPU the plugin allocated, through our shim.
+        let one = run_smoke(&mut cluster, "gpu-smoke", Some(1));
+        assert_eq!(one.phase, "Succeeded", "gpu-smoke: {}", one.log);
+        assert_eq!(one.gpus.len(), 1, "the kubelet allocated one GPU: {:?}", one.gpus);
+        let listed = gpu_lines(&one.log);
+        assert_eq!(listed.len(), 1, "nvidia-smi -L lists exactly one GPU: {}", one.log);
+        assert!(listed[0].contains(&one.gpus[0]), "it is the allocated {}: {}", one.gpus[0], listed[0]);
+        assert_eq!(one.runtime, NVINJECT_RUNTIME, "gpu-smoke ran through containerd-shim-nvinject-v2");
+        steps.push(("gpu-smoke: apply -> Succeeded", one.took));
+
+        // The same pod without the limit: no GPU, though it runs through our runtime too.
+        let none = run_smoke(&mut cluster, "gpu-smoke-no-limit", None);
+        assert!(none.gpus.is_empty(), "nothing allocated: {:?}", none.gpus);
+        assert!(gpu_lines(&none.log).is_empty(), "no GPU listed without the limit: {}", none.log);
+        assert_eq!(none.phase, "Failed", "nvidia-smi finds no driver without the limit: {}", none.log);
+        assert_eq!(none.runtime, NVINJECT_RUNTIME, "the pod without the limit ran through our runtime too");
+        steps.push(("gpu-smoke without limit: apply -> Failed", none.took));
+
+        // The article's ResourceQuota: 8 GPUs in namespace `research`; a pod holding all 8 runs, the
+        // 9th GPU is refused by the API server.
+        let t = Instant::now();
+        cluster.kubectl_out(&["create", "namespace", "research"]).unwrap();
+        cluster
+            .apply(&json!({
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": { "name": "gpu-quota", "namespace": "research" },
+                "spec": { "hard": { "requests.nvidia.com/gpu": "8", "limits.nvidia.com/gpu": "8" } },
+            }))
+            .unwrap();
+        let eight = sleeper("research", "eight-gpus", 8);
+        kubelet::wait_for(
+            "pod research/eight-gpus to be accepted",
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            || Ok(cluster.apply(&eight).ok()),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.apply(&eight).err()));
+        let running = wait("pod research/eight-gpus to run", Duration::from_secs(120), &mut cluster, |c| {
+            let p = c.get_json(&["pod", "-n", "research", "eight-gpus"]).ok()?;
+            (p["status"]["phase"] == "Running").then_some(p)
+        });
+        let uid = running["metadata"]["uid"].as_str().unwrap();
+        let held = cluster.node().allocated(uid, GPU).unwrap();
+        assert_eq!(held.len(), 8, "the pod holds all eight GPUs: {held:?}");
+        let ninth =
+            cluster.apply(&sleeper("research", "ninth-gpu", 1)).expect_err("the 9th GPU must be refused");
+        let message = ninth.to_string();
+        assert!(
+            message.contains("exceeded quota: gpu-quota") && message.contains("nvidia.com/gpu"),
+            "the quota refuses the 9th GPU: {message}"
+        );
+        let quota = cluster.get_json(&["resourcequota", "-n", "research", "gpu-quota"]).unwrap();
+        assert_eq!(quota["status"]["used"]["requests.nvidia.com/gpu"], "8", "{}", quota["status"]);
+        steps.push(("ResourceQuota: 8 held, 9th refused", t.elapsed()));
+        let refusal = message.find("exceeded quota").map_or(message.as_str(), |i| &message[i..]);
+        println!(
+            "ResourceQuota gpu-quota: 8 GPUs held by research/eight-gpus, the 9th refused: {}",
+            refusal.trim()
+        );
+        cluster.kubectl_out(&["delete", "pod", "-n", "research", "eight-gpus", "--wait=true"]).unwrap();
+
+        // The article's taint: our DaemonSets tolerate it (a deleted plugin pod comes back, Ready, and
+        // the GPUs with it); a GPU pod without the toleration stays Pending with the scheduler's
+        // reason; the RuntimeClass `nvidia` carries the toleration, so a pod selecting it runs.
+        let t = Instant::now();
+        cluster.kubectl_out(&["taint", "nodes", NODE, "nvidia.com/gpu=present:NoSchedule"]).unwrap();
+        let plugin_selector = "app.kubernetes.io/name=nvinject-device-plugin";
+        let old = cluster.get_json(&["pods", "-n", NAMESPACE, "-l", plugin_selector]).unwrap();
+        let old_uid = old["items"][0]["metadata"]["uid"].as_str().unwrap().to_owned();
+        cluster
+            .kubectl_out(&["delete", "pods", "-n", NAMESPACE, "-l", plugin_selector, "--wait=true"])
+            .unwrap();
+        wait(
+            "the device plugin pod to be back and Ready on the tainted node",
+            Duration::from_secs(120),
+            &mut cluster,
+            |c| {
+                let pods = c.get_json(&["pods", "-n", NAMESPACE, "-l", plugin_selector]).ok()?;
+                let p = pods["items"].as_array()?.first()?.clone();
+                let ready = p["metadata"]["uid"] != old_uid.as_str()
+                    && condition(&p, "Ready").is_some_and(|r| r["status"] == "True");
+                ready.then_some(())
+            },
+        );
+        wait("allocatable nvidia.com/gpu to be 8 again", Duration::from_secs(120), &mut cluster, |c| {
+            let node = c.get_json(&["node", NODE]).ok()?;
+            (node["status"]["allocatable"][GPU] == "8").then_some(())
+        });
+        let mut untolerated = smoke_pod("no-toleration", Some(1));
+        untolerated["spec"].as_object_mut().unwrap().remove("runtimeClassName");
+        cluster.apply(&untolerated).unwrap();
+        let pending = wait(
+            "the scheduler's verdict on pod no-toleration",
+            Duration::from_secs(60),
+            &mut cluster,
+            |c| {
+                let p = c.get_json(&["pod", "no-toleration"]).ok()?;
+                let scheduled = condition(&p, "PodScheduled")?.clone();
+                (scheduled["status"] == "False").then_some((p, scheduled))
+            },
+        );
+        let (pod, scheduled) = pending;
+        assert_eq!(pod["status"]["phase"], "Pending", "{}", pod["status"]);
+        assert_eq!(scheduled["reason"], "Unschedulable", "{scheduled}");
+        let why = scheduled["message"].as_str().unwrap_or_default().to_owned();
+        assert!(why.contains("taint {nvidia.com/gpu: present}"), "the scheduler names the taint: {why}");
+        let tolerated = run_smoke(&mut cluster, "gpu-smoke-tainted", Some(1));
+        assert_eq!(
+            tolerated.phase, "Succeeded",
+            "RuntimeClass nvidia carries the toleration: {}",
+            tolerated.log
+        );
+        assert_eq!(gpu_lines(&tolerated.log).len(), 1, "{}", tolerated.log);
+        steps.push(("taint: plugin back, Pending verdict, smoke pod", t.elapsed()));
+        println!(
+            "tainted node: plugin pod recreated and Ready, pod without toleration Pending ({why}), RuntimeClass pod Succeeded"
+        );
+
+        // Teardown: every daemon by PID, the kubelet's cgroups emptied and removed, the host root's
+        // binds unmounted, links removed; then the node's containerd config restored byte for byte.
+        let t = Instant::now();
+        let stopped = cluster.stop().unwrap_or_else(|e| panic!("{e}"));
+        let out = installer_on_node(&bins.installer, "uninstall", &env, &host_root, &bin_dir);
+        println!("installer uninstall on the node:\n{}", out.trim_end());
+        assert_eq!(
+            fs::read(CONTAINERD_CONFIG).unwrap(),
+            original_config,
+            "uninstall restored containerd's config"
+        );
+        for gone in ["/var/run/cdi/nvidia.com-gpu.json", "/etc/containerd/conf.d/99-nvinject.toml"] {
+            assert!(!Path::new(gone).exists(), "uninstall removed {gone}");
+        }
+        let report = stopped.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            report.node.killed_in_cgroups.is_empty(),
+            "processes outlived containerd in the kubelet's cgroups (killed): {:?}",
+            report.node.killed_in_cgroups
+        );
+        assert!(report.node.cgroups_removed > 0, "the kubelet's cgroups were made and removed: {report:?}");
+        assert_eq!(
+            report.control_plane.len(),
+            4,
+            "etcd, API server, controller-manager, scheduler: {report:?}"
+        );
+        println!("teardown in {:.1?}: {report:?}", t.elapsed());
+        println!("wall time per step:");
+        for (step, d) in &steps {
+            println!("  {step:<48} {:>7.1} s", d.as_secs_f64());
+        }
+        println!("whole run inside the namespaces: {:.1?}", test_started.elapsed());
+    });
+}
