@@ -136,6 +136,30 @@ fn normalize_modes(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The directory of this workspace build's installer, with the device plugin, `nvinject-cdi` and
+/// the shim beside it (cargo builds them side by side; a build where they are not is refused),
+/// found or built through [`nvinject_simnode::artifacts`]: the `bin_dir` tests pack.
+pub fn this_build_bin_dir() -> Result<PathBuf> {
+    use nvinject_simnode::artifacts::artifact;
+    let installer = artifact("nvinject-installer", "nvinject-installer");
+    let bin_dir = installer.parent().unwrap_or(Path::new("/")).to_owned();
+    for (package, file) in [
+        ("nvinject-device-plugin", "nvinject-device-plugin"),
+        ("nvinject-cdi-gen", "nvinject-cdi"),
+        ("nvinject-shim", "containerd-shim-nvinject-v2"),
+    ] {
+        let found = artifact(package, file);
+        if found.parent() != Some(bin_dir.as_path()) {
+            return Err(HarnessError::Prerequisite(format!(
+                "{} is not built beside the installer in {}",
+                found.display(),
+                bin_dir.display()
+            )));
+        }
+    }
+    Ok(bin_dir)
+}
+
 /// The image reference the manifests of `installer` (an `nvinject-installer` binary) name: what
 /// `deploy/` runs, so the image built from that installer carries exactly that name.
 pub fn manifests_image(installer: &Path) -> Result<String> {

@@ -25,7 +25,7 @@ use nvinject_integration::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
 use nvinject_integration::kubelet::{self, KubeletError};
 use nvinject_integration::namespace::isolated;
 use nvinject_integration::release_image::{self, ReleaseInputs};
-use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
+use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 use serde_json::{Value, json};
 
 /// How long one isolated run may take before everything in its namespace is killed.
@@ -71,19 +71,8 @@ struct Binaries {
 
 impl Binaries {
     fn find() -> Self {
-        let installer = artifact("nvinject-installer", "nvinject-installer");
-        let bin_dir = installer.parent().unwrap().to_owned();
-        for (package, file) in [
-            ("nvinject-device-plugin", "nvinject-device-plugin"),
-            ("nvinject-cdi-gen", "nvinject-cdi"),
-            ("nvinject-shim", "containerd-shim-nvinject-v2"),
-        ] {
-            assert_eq!(
-                artifact(package, file).parent(),
-                Some(bin_dir.as_path()),
-                "{file} is built beside the installer"
-            );
-        }
+        let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+        let installer = bin_dir.join("nvinject-installer");
         Binaries { installer, hook: static_hook(), simnode: simnode_bin("nvinject-simnode"), bin_dir }
     }
 }

@@ -84,22 +84,7 @@ fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
 
     // Every file NVIDIA's spec mounts is mounted where it says (by nvinject-hook's one run, which
     // NVIDIA's translated hooks fold into).
-    let wanted: BTreeSet<String> = spec["containerEdits"]["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["containerPath"].as_str().unwrap().to_owned())
-        .collect();
-    let mounted: BTreeSet<String> = report["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["target"].as_str().unwrap())
-        // The probe image is usr-merged: /lib/... is listed as /usr/lib/...
-        .flat_map(|t| [t.to_owned(), t.strip_prefix("/usr").unwrap_or(t).to_owned()])
-        .collect();
-    let missing: Vec<_> = wanted.difference(&mounted).collect();
-    assert!(missing.is_empty(), "not mounted: {missing:?}");
+    let wanted = assert_spec_mounts_mounted(&spec, report);
     assert!(wanted.iter().any(|m| m.ends_with("libnvidia-ml.so.550.54.15")), "{wanted:?}");
     assert!(wanted.iter().any(|m| m.ends_with("libcuda.so.550.54.15")), "{wanted:?}");
     assert_eq!(report["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
@@ -255,22 +240,7 @@ fn a_node_with_only_nvidia_ctks_management_spec_starts_a_container_with_every_de
         .collect();
     assert_eq!(got, wanted);
 
-    let mounts: BTreeSet<String> = spec["containerEdits"]["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["containerPath"].as_str().unwrap().to_owned())
-        .collect();
-    let mounted: BTreeSet<String> = report["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["target"].as_str().unwrap())
-        // The probe image is usr-merged: /lib/... is listed as /usr/lib/...
-        .flat_map(|t| [t.to_owned(), t.strip_prefix("/usr").unwrap_or(t).to_owned()])
-        .collect();
-    let missing: Vec<_> = mounts.difference(&mounted).collect();
-    assert!(missing.is_empty(), "not mounted: {missing:?}");
+    assert_spec_mounts_mounted(&spec, report);
     assert_eq!(report["environ"]["NVIDIA_VISIBLE_DEVICES"], "void");
     let uuids: Vec<String> = (0..node.gpu_count()).map(|i| node.gpu_uuid(i)).collect();
     assert_eq!(uuids.len(), 8);
@@ -304,6 +274,28 @@ fn create_lines(node: &GpuNode, id: &str) -> Vec<Value> {
 /// The loader cache NVIDIA's update-ldcache run asked for: the driver's libraries under their
 /// SONAMEs, in the mounted folder, loadable (NVML initialises and lists `uuids`); and the compat
 /// run left nothing (the probe image has no compat libraries).
+/// Every container path of the spec's common mounts is mounted in the container the probe reported
+/// on; those paths.
+fn assert_spec_mounts_mounted(spec: &Value, report: &Value) -> BTreeSet<String> {
+    let wanted: BTreeSet<String> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["containerPath"].as_str().unwrap().to_owned())
+        .collect();
+    let mounted: BTreeSet<String> = report["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["target"].as_str().unwrap())
+        // The probe image is usr-merged: /lib/... is listed as /usr/lib/...
+        .flat_map(|t| [t.to_owned(), t.strip_prefix("/usr").unwrap_or(t).to_owned()])
+        .collect();
+    let missing: Vec<_> = wanted.difference(&mounted).collect();
+    assert!(missing.is_empty(), "not mounted: {missing:?}");
+    wanted
+}
+
 fn assert_hooks_did_their_work(id: &str, report: &Value, uuids: &[String], profile_mask: Option<&str>) {
     let ldconfig: Vec<&str> =
         report["ldconfig"]["lines"].as_array().unwrap().iter().filter_map(Value::as_str).collect();

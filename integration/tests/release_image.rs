@@ -11,19 +11,8 @@ use nvinject_integration::release_image::{self, BIN_DIR, BINARIES, ReleaseInputs
 use nvinject_simnode::artifacts::{artifact, static_hook};
 
 fn inputs() -> ReleaseInputs {
-    let installer = artifact("nvinject-installer", "nvinject-installer");
-    let bin_dir = installer.parent().unwrap().to_owned();
-    for (package, file) in [
-        ("nvinject-device-plugin", "nvinject-device-plugin"),
-        ("nvinject-cdi-gen", "nvinject-cdi"),
-        ("nvinject-shim", "containerd-shim-nvinject-v2"),
-    ] {
-        assert_eq!(
-            artifact(package, file).parent(),
-            Some(bin_dir.as_path()),
-            "{file} is built beside the installer"
-        );
-    }
+    let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+    let installer = bin_dir.join("nvinject-installer");
     let name = release_image::manifests_image(&installer).unwrap_or_else(|e| panic!("{e}"));
     ReleaseInputs { name, bin_dir, hook: static_hook() }
 }
