@@ -56,6 +56,23 @@ fn flag(name: &str, value: impl AsRef<std::ffi::OsStr>) -> OsString {
     s
 }
 
+/// The flags controller-manager and scheduler share: their kubeconfig for everything, a loopback
+/// secure port of their own with self-made certificates in `cert_dir`, no insecure port and no
+/// leader election (one of each).
+fn component_flags(kubeconfig: &Path, secure_port: &str, cert_dir: &Path) -> Vec<OsString> {
+    vec![
+        flag("kubeconfig", kubeconfig),
+        flag("authentication-kubeconfig", kubeconfig),
+        flag("authorization-kubeconfig", kubeconfig),
+        flag("bind-address", "127.0.0.1"),
+        flag("secure-port", secure_port),
+        flag("port", "0"),
+        flag("cert-dir", cert_dir),
+        flag("leader-elect", "false"),
+        flag("v", "1"),
+    ]
+}
+
 impl ControlPlane {
     /// Makes the certificates, then starts etcd, the API server, the controller-manager and the
     /// scheduler under `dir`, the API server on `address`; returns once the API server is ready.
@@ -108,36 +125,16 @@ impl ControlPlane {
         };
         plane.start_etcd(artifacts, &logs, &pid_file)?;
         plane.start_apiserver(artifacts, &pki, &serving, &kubelet_client, address, &logs, &pid_file)?;
-        let controller_manager = Command::new(&artifacts.kube_controller_manager);
-        let mut cmd = controller_manager;
-        cmd.args([
-            flag("kubeconfig", &cm_kubeconfig),
-            flag("authentication-kubeconfig", &cm_kubeconfig),
-            flag("authorization-kubeconfig", &cm_kubeconfig),
-            flag("bind-address", "127.0.0.1"),
-            flag("secure-port", "10257"),
-            flag("port", "0"),
-            flag("cert-dir", dir.join("controller-manager-certs")),
-            flag("leader-elect", "false"),
+        let mut cmd = Command::new(&artifacts.kube_controller_manager);
+        cmd.args(component_flags(&cm_kubeconfig, "10257", &dir.join("controller-manager-certs"))).args([
             flag("service-account-private-key-file", &pki.service_account_key),
             flag("root-ca-file", &pki.ca.cert),
             // Each controller acts as its own service account (what the RBAC bootstrap roles expect).
             flag("use-service-account-credentials", "true"),
-            flag("v", "1"),
         ]);
         plane.spawn("kube-controller-manager", cmd, &logs, &pid_file)?;
         let mut cmd = Command::new(&artifacts.kube_scheduler);
-        cmd.args([
-            flag("kubeconfig", &sched_kubeconfig),
-            flag("authentication-kubeconfig", &sched_kubeconfig),
-            flag("authorization-kubeconfig", &sched_kubeconfig),
-            flag("bind-address", "127.0.0.1"),
-            flag("secure-port", "10259"),
-            flag("port", "0"),
-            flag("cert-dir", dir.join("scheduler-certs")),
-            flag("leader-elect", "false"),
-            flag("v", "1"),
-        ]);
+        cmd.args(component_flags(&sched_kubeconfig, "10259", &dir.join("scheduler-certs")));
         plane.spawn("kube-scheduler", cmd, &logs, &pid_file)?;
         Ok((plane, Credentials { admin, kubelet }))
     }

@@ -12,17 +12,12 @@ use nvinject_simnode::artifacts::static_hook;
 
 const PROFILE: &str = "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
 
-/// A bundle whose rootfs is `<dir>/bundle/rootfs`; the OCI state file naming it.
+mod common;
+
+/// [`common::bundle`] with a `/dev` in the rootfs.
 fn bundle(dir: &Path) -> (PathBuf, PathBuf) {
-    let rootfs = dir.join("bundle/rootfs");
-    fs::create_dir_all(rootfs.join("dev")).unwrap();
-    fs::write(dir.join("bundle/config.json"), r#"{"root":{"path":"rootfs"}}"#).unwrap();
-    let state = dir.join("state.json");
-    fs::write(
-        &state,
-        format!(r#"{{"ociVersion":"1.0.2","id":"c1","pid":1,"bundle":"{}"}}"#, dir.join("bundle").display()),
-    )
-    .unwrap();
+    let (rootfs, state) = common::bundle(dir);
+    fs::create_dir(rootfs.join("dev")).unwrap();
     (rootfs, state)
 }
 

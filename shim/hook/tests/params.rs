@@ -15,18 +15,11 @@ const HOST_PARAMS: &str =
     "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nHostOnly: 7\n";
 const IMAGE_PARAMS: &str = "ModifyDeviceFiles: 1\nImageOnly: 1\n";
 
-/// A bundle whose rootfs is `rootfs`, and the OCI state naming it.
+mod common;
+
+/// The OCI state of [`common::bundle`]'s bundle (its rootfs is `<dir>/bundle/rootfs`).
 fn bundle(dir: &Path) -> std::path::PathBuf {
-    let bundle = dir.join("bundle");
-    fs::create_dir_all(bundle.join("rootfs")).unwrap();
-    fs::write(bundle.join("config.json"), r#"{"root":{"path":"rootfs"}}"#).unwrap();
-    let state = dir.join("state.json");
-    fs::write(
-        &state,
-        format!(r#"{{"ociVersion":"1.0.2","id":"c1","pid":1,"bundle":"{}"}}"#, bundle.display()),
-    )
-    .unwrap();
-    state
+    common::bundle(dir).1
 }
 
 /// The two runs that cover the file: the spec's own, and the shim's merged `inject` run.

@@ -293,10 +293,14 @@ mod tests {
         let mut node = crate::presets::preset(preset).unwrap();
         node.dev_root = Some(layout.dev_root.clone());
         node.events_file = Some(layout.events_file());
+        planned_node(&node, &layout)
+    }
+
+    fn planned_node(node: &NodeDescription, layout: &Layout) -> Vec<Entry> {
         let nvml = shared_object(Machine::X86_64, "libnvidia-ml.so.1");
         let input = PlanInput {
-            node: &node,
-            layout: &layout,
+            node,
+            layout,
             machine: Machine::X86_64,
             majors: Majors { uvm: 243, caps: 244 },
             nvml_image: &nvml,
@@ -399,15 +403,7 @@ mod tests {
         let layout = Layout::new(Path::new("/sim"));
         let mut node = crate::presets::preset("h100x8").unwrap();
         node.driver.packages = vec![crate::description::DriverPackage::Imex];
-        let nvml = shared_object(Machine::X86_64, "libnvidia-ml.so.1");
-        let e = plan(&PlanInput {
-            node: &node,
-            layout: &layout,
-            machine: Machine::X86_64,
-            majors: Majors { uvm: 243, caps: 244 },
-            nvml_image: &nvml,
-            smi_bin: Path::new("/target/nvidia-smi"),
-        });
+        let e = planned_node(&node, &layout);
         for name in ["nvidia-imex", "nvidia-imex-ctl"] {
             let path = format!("/sim/driver/usr/bin/{name}");
             assert!(matches!(find(&e, &path), Entry::Copy { mode: 0o755, .. }), "{path}");
