@@ -72,6 +72,10 @@ fn io(step: &'static str) -> impl Fn(std::io::Error) -> LockError {
 /// Opens (creating, 0600) the lock file `name` in the directory `dir` and takes an exclusive
 /// `flock`, polling every `poll` until `timeout` has passed. `on_wait` runs once, the first time the
 /// lock is found held, with the open file (to read who holds it).
+///
+/// A file its last holder removed ([`remove`]) is not the lock any more: once locked, the name is
+/// checked to still lead to the locked file, and opened again when it does not, so two processes
+/// never both hold "the" lock through an old and a new file.
 pub fn acquire(
     dir: impl AsFd,
     name: &OsStr,
@@ -79,8 +83,52 @@ pub fn acquire(
     poll: Duration,
     on_wait: &mut dyn FnMut(&mut File),
 ) -> Result<FileLock, LockError> {
+    let dir = dir.as_fd();
+    let started = Instant::now();
+    let mut waited = false;
+    loop {
+        let mut file = open_checked(dir, name)?;
+        let lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => break lock,
+                Err((mut f, Errno::EWOULDBLOCK | Errno::EINTR)) => {
+                    if started.elapsed() >= timeout {
+                        return Err(LockError::Held { waited: started.elapsed(), file: f });
+                    }
+                    if !waited {
+                        on_wait(&mut f);
+                        waited = true;
+                    }
+                    std::thread::sleep(poll);
+                    file = f;
+                }
+                Err((_, errno)) => return Err(LockError::Io { step: "flock", source: errno.into() }),
+            }
+        };
+        if still_named(dir, name, &lock)? {
+            return Ok(lock);
+        }
+        // Removed (or replaced by its holder) while we waited: take the lock under its name now.
+    }
+}
+
+/// Removes the held lock's file, then releases the lock: what a holder that leaves nothing behind
+/// does last (the installer's uninstall). A process waiting on the removed file opens the name
+/// again once it gets it (see [`acquire`]).
+pub fn remove(lock: FileLock, dir: impl AsFd, name: &OsStr) -> Result<(), LockError> {
+    if still_named(dir.as_fd(), name, &lock)? {
+        nix::unistd::unlinkat(dir.as_fd(), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| LockError::Io { step: "unlink", source: e.into() })?;
+    }
+    drop(lock);
+    Ok(())
+}
+
+/// `name` in `dir` opened as a lock file: no link followed, no blocking open, a regular file of this
+/// user with one link, narrowed to [`LOCK_FILE_MODE`].
+fn open_checked(dir: std::os::fd::BorrowedFd<'_>, name: &OsStr) -> Result<File, LockError> {
     let fd = nix::fcntl::openat(
-        dir.as_fd(),
+        dir,
         name,
         OFlag::O_RDWR
             | OFlag::O_CREAT
@@ -109,25 +157,16 @@ pub fn acquire(
         // Also undoes the umask-free creation mode of an older lock (0644).
         file.set_permissions(std::fs::Permissions::from_mode(LOCK_FILE_MODE)).map_err(io("chmod"))?;
     }
-    let started = Instant::now();
-    let mut file = file;
-    let mut waited = false;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((mut f, Errno::EWOULDBLOCK | Errno::EINTR)) => {
-                if started.elapsed() >= timeout {
-                    return Err(LockError::Held { waited: started.elapsed(), file: f });
-                }
-                if !waited {
-                    on_wait(&mut f);
-                    waited = true;
-                }
-                std::thread::sleep(poll);
-                file = f;
-            }
-            Err((_, errno)) => return Err(LockError::Io { step: "flock", source: errno.into() }),
-        }
+    Ok(file)
+}
+
+/// Whether `name` in `dir` is still the file `lock` holds.
+fn still_named(dir: std::os::fd::BorrowedFd<'_>, name: &OsStr, lock: &FileLock) -> Result<bool, LockError> {
+    let held = lock.metadata().map_err(io("stat"))?;
+    match nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(st.st_dev == held.dev() && st.st_ino == held.ino()),
+        Err(Errno::ENOENT) => Ok(false),
+        Err(e) => Err(LockError::Io { step: "stat", source: e.into() }),
     }
 }
 
@@ -186,5 +225,37 @@ mod tests {
         let err = acquire(&d, OsStr::new("h.lock"), Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap_err();
         assert!(matches!(err, LockError::HardLinked { links: 2 }), "{err}");
         assert_eq!(fs::metadata(&other).unwrap().mode() & 0o7777, 0o644, "not chmod-ed");
+    }
+
+    #[test]
+    fn a_removed_lock_is_taken_again_under_its_name_by_whoever_waited() {
+        let (tmp, d) = dir();
+        let name = OsStr::new("r.lock");
+        let first = acquire(&d, name, Duration::ZERO, Duration::from_millis(1), &mut |_| {}).unwrap();
+        let path = tmp.path().join("r.lock");
+        // A waiter opens the old file, then the holder removes it and lets go.
+        let waiter = std::thread::scope(|scope| {
+            let d2 = d.try_clone().unwrap();
+            let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+            let waiter = scope.spawn(move || {
+                acquire(&d2, name, Duration::from_secs(10), Duration::from_millis(5), &mut |_| {
+                    opened_tx.send(()).unwrap();
+                })
+                .unwrap()
+            });
+            opened_rx.recv().unwrap();
+            remove(first, &d, name).unwrap();
+            waiter.join().unwrap()
+        });
+        // (The new file may reuse the removed one's inode number: what tells them apart is that the
+        // one the waiter holds is linked under the name.)
+        let now = fs::metadata(&path).expect("the waiter made the lock file again");
+        let held = waiter.metadata().unwrap();
+        assert_eq!(held.nlink(), 1, "it holds a file that is linked, not the removed one");
+        assert_eq!(held.ino(), now.ino());
+        let err = acquire(&d, name, Duration::ZERO, Duration::ZERO, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, LockError::Held { .. }), "the new file is the lock: {err}");
+        remove(waiter, &d, name).unwrap();
+        assert!(!path.exists(), "nothing left behind");
     }
 }

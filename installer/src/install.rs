@@ -487,7 +487,7 @@ impl Installer<'_> {
     /// Removes what install did: restores the original bytes of every file it changed that
     /// nobody changed since, removes its own files, and restarts containerd if its files changed.
     pub fn uninstall(&self) -> Result<UninstallReport> {
-        let _lock = self.lock()?;
+        let lock = self.lock()?;
         let s = &self.settings;
         let mut ledger = Ledger::load(&s.host_root, &s.state_dir, self.hook)?;
         let mut warnings = Vec::new();
@@ -516,6 +516,8 @@ impl Installer<'_> {
             None
         };
         ledger.finish()?;
+        // Last: nothing of nvinject stays on the host, its lock file included.
+        lock.remove()?;
         for w in &warnings {
             tracing::warn!(warning = %w, "uninstall");
         }

@@ -28,10 +28,13 @@ pub const LOCK_MODE: u32 = fsio_lock::LOCK_FILE_MODE;
 /// Mode of a lock directory the installer creates.
 pub const LOCK_DIR_MODE: u32 = 0o700;
 
-/// A held host lock; released on drop.
+/// A held host lock; released on drop (its file stays), or by [`HostLock::remove`].
 #[derive(Debug)]
 pub struct HostLock {
-    _lock: Flock<File>,
+    lock: Flock<File>,
+    dir: crate::paths::HostDir,
+    name: String,
+    shown: std::path::PathBuf,
 }
 
 fn refuse(path: &Path, message: impl Into<String>) -> Error {
@@ -94,7 +97,18 @@ impl HostLock {
         let _ = lock.set_len(0);
         let _ = lock.rewind();
         let _ = writeln!(lock, "pid {}", std::process::id());
-        Ok(HostLock { _lock: lock })
+        Ok(HostLock { lock, dir, name, shown })
+    }
+
+    /// Removes the lock file and releases the lock: the last step of an uninstall, which leaves
+    /// nothing of nvinject on the host. Another installer waiting meanwhile takes the lock under
+    /// its name again (`nvinject_fsio::lock::acquire`).
+    pub fn remove(self) -> Result<()> {
+        let HostLock { lock, dir, name, shown } = self;
+        fsio_lock::remove(lock, dir_fd(&dir), std::ffi::OsStr::new(&name)).map_err(|e| match e {
+            LockError::Io { source, .. } => Error::io("remove lock file", &shown)(source),
+            e => refuse(&shown, e.to_string()),
+        })
     }
 }
 

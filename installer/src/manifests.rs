@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::error::{Error, Result};
+use crate::service::RestartMode;
 
 /// The image carrying every nvinject binary.
 pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/nvinject/nvinject:v", env!("CARGO_PKG_VERSION"));
@@ -48,9 +49,12 @@ pub struct ManifestArgs {
     /// Node label (KEY=VALUE) selecting GPU nodes.
     #[arg(long, default_value = "nvidia.com/gpu.present=true")]
     pub node_selector: String,
-    /// Restart mode the installer DaemonSet uses (systemd, signal, none).
-    #[arg(long, default_value = "systemd")]
-    pub restart_mode: String,
+    /// Restart mode the installer DaemonSet uses (signal, systemd, none). `signal`, NVIDIA's
+    /// default for containerd, also works where containerd is supervised by something other than a
+    /// systemd unit named `containerd` (k3s, rke2, a test node); it makes the pod use the host's PID
+    /// namespace, where the process serving containerd's socket can be found and signalled.
+    #[arg(long, value_enum, default_value = "signal")]
+    pub restart_mode: RestartMode,
     /// Write the kustomize base into this directory instead of printing one YAML stream.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
@@ -63,7 +67,7 @@ impl Default for ManifestArgs {
             image: DEFAULT_IMAGE.into(),
             handler: "nvidia".into(),
             node_selector: "nvidia.com/gpu.present=true".into(),
-            restart_mode: "systemd".into(),
+            restart_mode: RestartMode::Signal,
             out_dir: None,
         }
     }
@@ -201,7 +205,7 @@ pub fn installer_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
         env: Some(vec![
             env("NVINJECT_HOST_ROOT", "/host"),
             env("NVINJECT_HANDLER", &args.handler),
-            env("NVINJECT_RESTART_MODE", &args.restart_mode),
+            env("NVINJECT_RESTART_MODE", args.restart_mode.name()),
             env("NVINJECT_DRIVER_ROOT", "/"),
             env("NVINJECT_READY_FILE", READY_FILE),
             env("NVINJECT_LOG_FORMAT", "json"),
@@ -229,6 +233,9 @@ pub fn installer_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
         priority_class_name: Some("system-node-critical".into()),
         node_selector: Some(node_selector(args)?),
         tolerations: Some(gpu_tolerations()),
+        // Signalling containerd needs its PID, which SO_PEERCRED on the socket gives only in the
+        // host's PID namespace.
+        host_pid: (args.restart_mode == RestartMode::Signal).then_some(true),
         // Uninstall restores containerd's config and restarts it: give it time.
         termination_grace_period_seconds: Some(120),
         containers: vec![container],
@@ -432,6 +439,21 @@ mod tests {
         assert_eq!(pod.volumes.unwrap()[0].host_path.as_ref().unwrap().path, "/");
         assert!(pod.tolerations.unwrap().iter().any(|t| t.key.as_deref() == Some("nvidia.com/gpu")));
         assert_eq!(pod.node_selector.unwrap()["nvidia.com/gpu.present"], "true");
+    }
+
+    #[test]
+    fn signal_restarts_see_the_hosts_processes_and_systemd_restarts_do_not() {
+        let restart = |mode: RestartMode| {
+            let ds =
+                installer_daemon_set(&ManifestArgs { restart_mode: mode, ..Default::default() }).unwrap();
+            let pod = ds.spec.unwrap().template.spec.unwrap();
+            let env = pod.containers[0].env.clone().unwrap();
+            let value = env.iter().find(|e| e.name == "NVINJECT_RESTART_MODE").unwrap().value.clone();
+            (value.unwrap(), pod.host_pid)
+        };
+        assert_eq!(restart(ManifestArgs::default().restart_mode), ("signal".into(), Some(true)));
+        assert_eq!(restart(RestartMode::Systemd), ("systemd".into(), None));
+        assert_eq!(restart(RestartMode::None), ("none".into(), None));
     }
 
     #[test]

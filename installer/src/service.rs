@@ -45,7 +45,8 @@ pub enum RestartMode {
 }
 
 impl RestartMode {
-    fn name(self) -> &'static str {
+    /// The mode's name, as `--restart-mode` and `NVINJECT_RESTART_MODE` take it.
+    pub fn name(self) -> &'static str {
         match self {
             RestartMode::Systemd => "systemd",
             RestartMode::Signal => "signal",

@@ -45,6 +45,9 @@ pub const NODE_IP: &str = "10.77.0.1";
 pub const POD_SUBNET: &str = "10.88.0.0/24";
 /// The CNI bridge's name.
 pub const CNI_BRIDGE: &str = "nvinject-cni0";
+/// How long after an exit the node's containerd is started again: containerd's own systemd unit
+/// (`Restart=always`, `RestartSec=5`), which the installer DaemonSet's signal restart relies on.
+pub const CONTAINERD_RESTART_DELAY: Duration = Duration::from_secs(5);
 
 /// The CNI configuration: a bridge inside the test's network namespace with host-local addresses kept
 /// in `ipam_dir` (not the host's `/var/lib/cni`), no masquerading (nothing leaves the namespace).
@@ -350,6 +353,7 @@ impl PreparedCluster {
                 node_ip: NODE_IP.into(),
                 node_labels: vec![(GPU_NODE_LABEL.0.into(), GPU_NODE_LABEL.1.into())],
             }),
+            containerd_restart_after: Some(CONTAINERD_RESTART_DELAY),
         };
         let node = PreparedNode::new(inside, &artifacts.kubelet, node_options)?;
         // Where containerd's CRI mounts pod network namespaces (the host's /run/netns otherwise).

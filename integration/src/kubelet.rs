@@ -11,6 +11,7 @@ pub mod config;
 pub mod daemon;
 mod error;
 pub mod node;
+pub mod supervisor;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,13 +1,16 @@
 //! A real cluster (issue 14): the control plane (etcd, kube-apiserver, kube-controller-manager,
-//! kube-scheduler 1.20) and one simulated h100x8 GPU node (containerd and the kubelet joined to the API
-//! server) inside the test's own mount and network namespaces; nvinject's image (the one `deploy/`
-//! names, packed from this build's debug binaries by the code `./x image` uses) imported into the
-//! node's containerd; the real `deploy/` rolled out with `kubectl apply -k` through a test overlay that
-//! only points roots at the simulated node and the node's own host root; then the article's day-1
-//! checks and two of its day-2 ones (ResourceQuota, taint), asserted on what kubectl and the
-//! container print. Needs root, containerd, runc, openssl,
-//! util-linux and iproute2; the first run builds the control plane (see
-//! integration/kubelet/build-kubelet.sh) and fetches Debian's etcd, kubectl and CNI plugins.
+//! kube-scheduler 1.20) and a simulated GPU node (containerd, supervised as its systemd unit would be,
+//! and the kubelet joined to the API server) inside the test's own mount and network namespaces;
+//! nvinject's image (the one `deploy/` names, packed from this build's debug binaries by the code
+//! `./x image` uses) imported into the node's containerd; the real `deploy/` rolled out with
+//! `kubectl apply -k` through a test overlay that only points roots at the simulated node and the
+//! node's own host root. Then the article's day-1 and day-2 checks, asserted on what kubectl and the
+//! containers print: the installer pod restarting the live containerd under running pods, allocatable,
+//! gpu-smoke, ResourceQuota, taint, time-slicing through the plugin's ConfigMap, removal by deleting
+//! the installer DaemonSet; and on a second node variant (a100-mig, `migStrategy: mixed`) the MIG
+//! names and the article's MIG trap. Needs root, containerd, runc, openssl, util-linux and iproute2;
+//! the first run builds the control plane (see integration/kubelet/build-kubelet.sh) and fetches
+//! Debian's etcd, kubectl and CNI plugins.
 //!
 //! Run by hand: `cargo test -p nvinject-integration --test cluster -- --nocapture`.
 
@@ -17,7 +20,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nvinject_integration::cluster::{
-    self, Cluster, ClusterArtifacts, ClusterOptions, PreparedCluster, SimRoots, condition, test_overlay,
+    self, CONTAINERD_RESTART_DELAY, Cluster, ClusterArtifacts, ClusterOptions, GPU_NODE_LABEL,
+    PreparedCluster, SimRoots, condition, test_overlay,
 };
 use nvinject_integration::containerd::ctr_command;
 use nvinject_integration::image::{self, ImageSpec};
@@ -27,6 +31,9 @@ use nvinject_integration::namespace::isolated;
 use nvinject_integration::release_image::{self, ReleaseInputs};
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 use serde_json::{Value, json};
+
+/// One cluster at a time: two on two cores would slow each other past their waits.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// How long one isolated run may take before everything in its namespace is killed.
 const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
@@ -94,60 +101,6 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
-/// The installer DaemonSet's container env and its host-root volume's path, from the objects
-/// `kubectl apply -k <overlay>` would create (`--dry-run=client -o json`).
-fn installer_env(cluster_kubectl: Command, overlay: &Path) -> (Vec<(String, String)>, String) {
-    let mut cmd = cluster_kubectl;
-    cmd.args(["create", "--dry-run=client", "-o", "json", "-k"]).arg(overlay);
-    // One JSON object per resource, one after the other.
-    let objects: Vec<Value> =
-        serde_json::Deserializer::from_str(&run(&mut cmd)).into_iter().collect::<Result<_, _>>().unwrap();
-    let ds = objects
-        .iter()
-        .find(|o| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "nvinject-installer")
-        .expect("the overlay renders the installer DaemonSet");
-    let spec = &ds["spec"]["template"]["spec"];
-    let env = spec["containers"][0]["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].as_str().unwrap_or("").to_owned()))
-        .collect();
-    let host_root = spec["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "host-root")
-        .and_then(|v| v["hostPath"]["path"].as_str())
-        .expect("a host-root volume")
-        .to_owned();
-    (env, host_root)
-}
-
-/// `nvinject-installer <action>` on the node with the DaemonSet's own settings (its host root as the
-/// volume's host path, binaries from this build), restarting nothing: before containerd first starts,
-/// as after a node's reboot; and to restore the node after the test.
-fn installer_on_node(
-    installer: &Path,
-    action: &str,
-    env: &[(String, String)],
-    host_root: &str,
-    bin_dir: &Path,
-) -> String {
-    let mut cmd = Command::new(installer);
-    cmd.arg(action);
-    for (k, v) in env {
-        match k.as_str() {
-            "NVINJECT_HOST_ROOT" => cmd.env(k, host_root),
-            "NVINJECT_RESTART_MODE" => cmd.env(k, "none"),
-            "NVINJECT_READY_FILE" | "NVINJECT_LOG_FORMAT" => &mut cmd,
-            _ => cmd.env(k, v),
-        };
-    }
-    cmd.env("NVINJECT_SOURCE_DIR", bin_dir);
-    run(&mut cmd)
-}
-
 fn wait<T>(
     what: &str,
     timeout: Duration,
@@ -169,14 +122,19 @@ fn wait<T>(
 
 /// The article's gpu-smoke pod (`runtimeClassName: nvidia`, `nvidia-smi -L`), with or without the limit.
 fn smoke_pod(name: &str, gpus: Option<u32>) -> Value {
+    smoke_pod_of(name, GPU, gpus)
+}
+
+/// [`smoke_pod`] asking for `resource` (a MIG name).
+fn smoke_pod_of(name: &str, resource: &str, count: Option<u32>) -> Value {
     let mut container = json!({
         "name": "cuda",
         "image": SMOKE_IMAGE,
         "imagePullPolicy": "Never",
         "command": ["nvidia-smi", "-L"],
     });
-    if let Some(n) = gpus {
-        container["resources"] = json!({ "limits": { GPU: n.to_string() } });
+    if let Some(n) = count {
+        container["resources"] = json!({ "limits": { resource: n.to_string() } });
     }
     json!({
         "apiVersion": "v1",
@@ -203,7 +161,12 @@ struct Smoke {
 }
 
 fn run_smoke(cluster: &mut Cluster, name: &str, gpus: Option<u32>) -> Smoke {
-    let pod = smoke_pod(name, gpus);
+    run_smoke_of(cluster, name, GPU, gpus)
+}
+
+/// [`run_smoke`] asking for `resource`.
+fn run_smoke_of(cluster: &mut Cluster, name: &str, resource: &str, count: Option<u32>) -> Smoke {
+    let pod = smoke_pod_of(name, resource, count);
     let started = Instant::now();
     // The namespace's default ServiceAccount is the controller-manager's to make: retried until it is.
     let applied = kubelet::wait_for(
@@ -221,7 +184,7 @@ fn run_smoke(cluster: &mut Cluster, name: &str, gpus: Option<u32>) -> Smoke {
     let phase = done["status"]["phase"].as_str().unwrap_or_default().to_owned();
     let log = cluster.kubectl_out(&["logs", name]).unwrap_or_else(|e| panic!("{e}"));
     let uid = done["metadata"]["uid"].as_str().unwrap().to_owned();
-    let gpus = cluster.node().allocated(&uid, GPU).unwrap_or_else(|e| panic!("{e}"));
+    let gpus = cluster.node().allocated(&uid, resource).unwrap_or_else(|e| panic!("{e}"));
     let id = done["status"]["containerStatuses"][0]["containerID"]
         .as_str()
         .and_then(|s| s.strip_prefix("containerd://"))
@@ -245,6 +208,68 @@ fn sleeper(namespace: &str, name: &str, gpus: u32) -> Value {
     pod
 }
 
+/// The article's time-slicing sketch, appended to the plugin's config: 4 replicas per GPU.
+const TIME_SLICING: &str =
+    "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
+
+/// A pod with no GPU and no runtime class (containerd's default runtime) that sleeps.
+fn plain_pod(name: &str) -> Value {
+    let mut pod = sleeper("default", name, 0);
+    let spec = pod["spec"].as_object_mut().unwrap();
+    spec.remove("runtimeClassName");
+    spec["containers"][0].as_object_mut().unwrap().remove("resources");
+    pod
+}
+
+/// Creates [`plain_pod`] `name` and waits until it runs.
+fn run_plain(cluster: &mut Cluster, name: &str) -> Value {
+    let pod = plain_pod(name);
+    kubelet::wait_for(
+        &format!("pod {name} to be accepted"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || Ok(cluster.apply(&pod).ok()),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.apply(&pod).err()));
+    wait(&format!("pod {name} to run"), Duration::from_secs(120), cluster, |c| {
+        let p = c.get_json(&["pod", name]).ok()?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    })
+}
+
+/// Every path below the node's host root with its kind (`d`, `f`, `l`), sorted; containerd's own
+/// run directory (sockets, shims' state) and the simulated node bound in at `sim` are left out.
+fn host_root_tree(root: &Path, sim: &Path) -> Vec<String> {
+    let sim = nvinject_integration::cluster::in_root(root, sim);
+    let walk_root = root;
+    fn walk(root: &Path, skip: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == "run/containerd" || path == skip {
+                continue;
+            }
+            let kind = entry.file_type().unwrap();
+            let tag = if kind.is_symlink() {
+                'l'
+            } else if kind.is_dir() {
+                'd'
+            } else {
+                'f'
+            };
+            out.push(format!("{tag} {rel}"));
+            if kind.is_dir() && !kind.is_symlink() {
+                walk(root, skip, &path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(walk_root, &sim, walk_root, &mut out);
+    out.sort();
+    out
+}
+
 fn gpu_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.starts_with("GPU ")).collect()
 }
@@ -261,6 +286,7 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
     let bins = Binaries::find();
     let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     isolated(NAME, RUN_LIMIT, |inside| {
         let test_started = Instant::now();
         let mut steps: Vec<(&str, Duration)> = Vec::new();
@@ -307,8 +333,8 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         )
         .unwrap_or_else(|e| panic!("{e}"));
 
-        // Bring-up: network, control plane, node layout; nvinject installed as its DaemonSet would
-        // (same settings, rendered from the overlay) before containerd first starts; node Ready.
+        // Bring-up: network, control plane, the node with plain containerd (as the node's image ships
+        // it, supervised as its systemd unit would be), node Ready. nvinject is not on it yet.
         let t = Instant::now();
         let options = ClusterOptions {
             node_name: NODE.into(),
@@ -321,12 +347,10 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         for (file, text) in test_overlay(&overlay, &deploy, prepared.host_root(), &sim) {
             fs::write(overlay.join(file), text).unwrap();
         }
-        let (env, host_root) = installer_env(prepared.control_plane().kubectl(), &overlay);
-        assert_eq!(Path::new(&host_root), prepared.host_root());
+        let host_root = prepared.host_root().to_path_buf();
         let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
-        let out = installer_on_node(&bins.installer, "install", &env, &host_root, &bin_dir);
-        println!("installer on the node before containerd starts:\n{}", out.trim_end());
         let mut cluster = prepared.start().unwrap_or_else(|e| panic!("{e}"));
+        let original_tree = host_root_tree(&host_root, &sim_dir);
         steps.push(("bring-up (control plane + node Ready)", t.elapsed()));
         println!("bring-up: control plane and node {NODE} Ready in {:.1?}", t.elapsed());
         let version: Value =
@@ -334,9 +358,30 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         assert_eq!(version["serverVersion"]["gitVersion"], "v1.20.2", "the API server's version: {version}");
         assert_eq!(version["clientVersion"]["gitVersion"], "v1.20.2", "kubectl's version: {version}");
 
-        // kubectl apply -k: both DaemonSets 1/1 Ready, running nvinject's image.
+        // A pod running before nvinject arrives: it must outlive the installer's containerd restart.
+        let before = run_plain(&mut cluster, "running-before");
+
+        // kubectl apply -k: the installer pod configures containerd and restarts it (SIGHUP, deploy/'s
+        // signal mode); the supervisor starts it again after its delay, as systemd would.
         let t = Instant::now();
         println!("{}", cluster.kubectl_out(&["apply", "-k", &overlay.to_string_lossy()]).unwrap().trim_end());
+        let exit = wait("the installer to restart containerd", Duration::from_secs(180), &mut cluster, |c| {
+            c.node().containerd_exits().first().cloned()
+        });
+        println!("containerd (pid {}) ended by the installer pod: {}", exit.pid, exit.status);
+        assert!(exit.status.contains("SIGHUP"), "the installer's signal restart: {}", exit.status);
+        // A pod created while containerd is down: it starts once containerd is back.
+        cluster.apply(&plain_pod("created-during-restart")).unwrap();
+        let applied = Instant::now();
+        let down_when_applied =
+            cluster.node().containerd_exits()[0].restarted.is_none_or(|(_, at)| at > applied);
+        assert!(down_when_applied, "the pod was created inside the restart window");
+        let back = wait("containerd to answer again", Duration::from_secs(60), &mut cluster, |c| {
+            c.node_mut().containerd_ready().then(Instant::now)
+        });
+        let window = back.duration_since(exit.at);
+        steps.push(("installer's containerd restart: down -> CRI ready", window));
+        println!("containerd down for {window:.1?} (restart delay {CONTAINERD_RESTART_DELAY:?})");
         let daemonsets =
             wait("both DaemonSets to be 1/1 Ready", Duration::from_secs(180), &mut cluster, |c| {
                 let list = c.get_json(&["daemonsets", "-n", NAMESPACE]).ok()?;
@@ -363,12 +408,33 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
                 "the pod runs the image deploy/ names: {status}"
             );
         }
-        // The installer pod found the node configured as it would configure it: nothing to restart.
+        // The installer pod configured containerd, restarted it once, and lived through it.
         let installer_log =
             cluster.kubectl_out(&["logs", "-n", NAMESPACE, "daemonset/nvinject-installer"]).unwrap();
         assert!(
-            installer_log.contains("containerd not restarted: its configuration did not change"),
-            "the installer pod restarted nothing:\n{installer_log}"
+            installer_log.contains("containerd restarted and answering"),
+            "the installer pod restarted containerd:\n{installer_log}"
+        );
+        assert_eq!(cluster.node().containerd_exits().len(), 1, "containerd restarted once");
+        // The pod from before runs on, untouched; the one created during the restart runs too.
+        let still = cluster.get_json(&["pod", "running-before"]).unwrap();
+        let status = &still["status"]["containerStatuses"][0];
+        assert_eq!(still["status"]["phase"], "Running", "{}", still["status"]);
+        assert_eq!(
+            status["containerID"], before["status"]["containerStatuses"][0]["containerID"],
+            "{status}"
+        );
+        assert_eq!(status["restartCount"], 0, "{status}");
+        let during =
+            wait("the pod created during the restart to run", Duration::from_secs(120), &mut cluster, |c| {
+                let p = c.get_json(&["pod", "created-during-restart"]).ok()?;
+                (p["status"]["phase"] == "Running").then_some(p)
+            });
+        assert_eq!(during["status"]["containerStatuses"][0]["restartCount"], 0, "{}", during["status"]);
+        let stuck = cluster.kubectl_out(&["get", "pods", "-A", "--no-headers"]).unwrap();
+        assert!(
+            !stuck.contains("ContainerCreating") && !stuck.contains("Terminating"),
+            "no pod stuck after the restart:\n{stuck}"
         );
         // The name deploy/ uses is the image this test built and imported.
         let images = run(ctr_command(Path::new(CONTAINERD_SOCKET), "k8s.io").args(["images", "ls"]));
@@ -512,20 +578,79 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
             "tainted node: plugin pod recreated and Ready, pod without toleration Pending ({why}), RuntimeClass pod Succeeded"
         );
 
-        // Teardown: every daemon by PID, the kubelet's cgroups emptied and removed, the host root's
-        // binds unmounted, links removed; then the node's containerd config restored byte for byte.
+        // The article's time-slicing ConfigMap (replicas 4), applied to the plugin's config: the plugin
+        // sees the kubelet refresh its file and starts over; allocatable becomes 32 on the same node
+        // object, and a pod gets a replica of one GPU.
         let t = Instant::now();
-        let stopped = cluster.stop().unwrap_or_else(|e| panic!("{e}"));
-        let out = installer_on_node(&bins.installer, "uninstall", &env, &host_root, &bin_dir);
-        println!("installer uninstall on the node:\n{}", out.trim_end());
+        let node_uid = cluster.get_json(&["node", NODE]).unwrap()["metadata"]["uid"].clone();
+        let mut config = cluster.get_json(&["configmap", "-n", NAMESPACE, "nvinject-device-plugin"]).unwrap();
+        let text = config["data"]["config.yaml"].as_str().unwrap().to_owned();
+        config["data"]["config.yaml"] = json!(format!("{text}{TIME_SLICING}"));
+        cluster.apply(&config).unwrap();
+        wait("allocatable nvidia.com/gpu to be 32", Duration::from_secs(180), &mut cluster, |c| {
+            let node = c.get_json(&["node", NODE]).ok()?;
+            (node["status"]["allocatable"][GPU] == "32").then_some(())
+        });
+        let sliced = t.elapsed();
+        steps.push(("time-slicing ConfigMap -> allocatable 32", sliced));
+        let node = cluster.get_json(&["node", NODE]).unwrap();
+        assert_eq!(node["metadata"]["uid"], node_uid, "the same node object");
+        assert_eq!(node["metadata"]["labels"][GPU_NODE_LABEL.0], GPU_NODE_LABEL.1);
+        let plugin = cluster.get_json(&["pods", "-n", NAMESPACE, "-l", plugin_selector]).unwrap();
+        let plugin_status = &plugin["items"][0]["status"]["containerStatuses"][0];
+        assert_eq!(plugin_status["restartCount"], 0, "the plugin started over in its pod: {plugin_status}");
+        let plugin_log =
+            cluster.kubectl_out(&["logs", "-n", NAMESPACE, "daemonset/nvinject-device-plugin"]).unwrap();
+        assert!(plugin_log.contains("config file changed: restarting with it"), "{plugin_log}");
+        println!(
+            "time-slicing: allocatable {GPU} 8 -> 32 in {sliced:.1?}, same node, plugin restarted in place"
+        );
+        let shared = run_smoke(&mut cluster, "gpu-smoke-shared", Some(1));
+        assert_eq!(shared.phase, "Succeeded", "{}", shared.log);
+        assert_eq!(shared.gpus.len(), 1, "{:?}", shared.gpus);
+        let (gpu, replica) = shared.gpus[0].split_once("::").expect("a replica id, GPU::n");
+        assert!(replica.parse::<u32>().is_ok_and(|r| r < 4), "replica {replica} of 4");
+        let listed = gpu_lines(&shared.log);
+        assert!(listed.len() == 1 && listed[0].contains(gpu), "the replica's GPU {gpu}: {}", shared.log);
+
+        // Deleting the installer DaemonSet restores the node: its pod uninstalls on SIGTERM, restarts
+        // containerd once more, and goes; the config is byte-identical and nothing of nvinject is left.
+        let t = Instant::now();
+        cluster.kubectl_out(&["delete", "daemonset", "-n", NAMESPACE, "nvinject-installer"]).unwrap();
+        let installer_selector = "app.kubernetes.io/name=nvinject-installer";
+        wait("the installer pod to be gone", Duration::from_secs(180), &mut cluster, |c| {
+            let pods = c.get_json(&["pods", "-n", NAMESPACE, "-l", installer_selector]).ok()?;
+            pods["items"].as_array()?.is_empty().then_some(())
+        });
+        wait("containerd to answer after the uninstall", Duration::from_secs(60), &mut cluster, |c| {
+            c.node_mut().containerd_ready().then_some(())
+        });
+        steps.push(("delete installer DaemonSet -> node restored", t.elapsed()));
+        let exits = cluster.node().containerd_exits();
+        assert_eq!(exits.len(), 2, "the uninstall restarted containerd once: {exits:?}");
+        assert!(exits[1].status.contains("SIGHUP"), "{exits:?}");
         assert_eq!(
             fs::read(CONTAINERD_CONFIG).unwrap(),
             original_config,
-            "uninstall restored containerd's config"
+            "containerd's config, byte for byte"
         );
-        for gone in ["/var/run/cdi/nvidia.com-gpu.json", "/etc/containerd/conf.d/99-nvinject.toml"] {
-            assert!(!Path::new(gone).exists(), "uninstall removed {gone}");
-        }
+        let tree = host_root_tree(&host_root, &sim_dir);
+        let added: Vec<&String> = tree.iter().filter(|p| !original_tree.contains(p)).collect();
+        let removed: Vec<&String> = original_tree.iter().filter(|p| !tree.contains(p)).collect();
+        assert!(
+            added.is_empty() && removed.is_empty(),
+            "the host root is as before nvinject: left behind {added:?}, missing {removed:?}"
+        );
+        let node = cluster.get_json(&["node", NODE]).unwrap();
+        assert_eq!(condition(&node, "Ready").unwrap()["status"], "True");
+        let still = cluster.get_json(&["pod", "running-before"]).unwrap();
+        assert_eq!(still["status"]["containerStatuses"][0]["restartCount"], 0, "{}", still["status"]);
+        println!("installer DaemonSet deleted: node restored in {:.1?}", t.elapsed());
+
+        // Teardown: every daemon by PID, the kubelet's cgroups emptied and removed, the host root's
+        // binds unmounted, links removed.
+        let t = Instant::now();
+        let stopped = cluster.stop().unwrap_or_else(|e| panic!("{e}"));
         let report = stopped.finish().unwrap_or_else(|e| panic!("{e}"));
         assert!(
             report.node.killed_in_cgroups.is_empty(),
@@ -544,5 +669,137 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
             println!("  {step:<48} {:>7.1} s", d.as_secs_f64());
         }
         println!("whole run inside the namespaces: {:.1?}", test_started.elapsed());
+    });
+}
+
+/// The article's MIG trap, on a second node variant: the a100-mig simulated node (GPUs 0 and 1 carved
+/// into MIG slices, 2 and 3 whole) with `migStrategy: mixed` set in the plugin's ConfigMap by a
+/// kustomize patch, as an operator would. The node advertises the MIG names beside the two whole
+/// GPUs; a pod asking for `nvidia.com/gpu: 1` gets a whole GPU, never a MIG slice, and a pod asking for
+/// `nvidia.com/mig-1g.10gb: 1` gets exactly one slice.
+#[test]
+fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
+    const NAME: &str = "mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice";
+    let artifacts = artifacts();
+    let bins = Binaries::find();
+    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    isolated(NAME, RUN_LIMIT, |inside| {
+        let started = Instant::now();
+        let work = inside.work();
+        let sim_dir = work.join("sim");
+        run(Command::new(&bins.simnode).args(["build", "--preset", "a100-mig", "--out"]).arg(&sim_dir));
+        let sim = SimRoots {
+            driver_root: sim_dir.join("driver"),
+            dev_root: sim_dir.join("host"),
+            proc_root: sim_dir.join("host/proc"),
+            sys_root: sim_dir.join("host/sys"),
+            dir: sim_dir.clone(),
+        };
+        let description: Value =
+            serde_json::from_str(&fs::read_to_string(sim_dir.join("node.json")).unwrap()).unwrap();
+        let uuid = |i: usize| description["gpus"][i]["uuid"].as_str().unwrap().to_owned();
+        let bin_dir = stripped_binaries(&bins, &work.join("image-bin"));
+        let release = release_image::build(
+            &ReleaseInputs {
+                name: image_name.clone(),
+                bin_dir: bin_dir.clone(),
+                hook: bin_dir.join("nvinject-hook"),
+            },
+            &work.join("nvinject-image.tar"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let smoke = image::build(
+            &ImageSpec {
+                name: SMOKE_IMAGE.into(),
+                programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
+                cmd: vec!["nvidia-smi".into()],
+                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+            },
+            &work.join("gpu-smoke.tar"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let options = ClusterOptions {
+            node_name: NODE.into(),
+            images: vec![release.image, smoke],
+            sim_dir: sim_dir.clone(),
+        };
+        let prepared = PreparedCluster::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
+        let overlay = work.join("overlay");
+        fs::create_dir_all(&overlay).unwrap();
+        for (file, text) in test_overlay(&overlay, &deploy, prepared.host_root(), &sim) {
+            fs::write(overlay.join(file), text).unwrap();
+        }
+        // The operator's own patch: deploy/'s plugin config with the MIG strategy changed.
+        let base_config: Value = {
+            let text = fs::read_to_string(deploy.join("device-plugin-config.yaml")).unwrap();
+            let config = text.split("config.yaml: |\n").nth(1).expect("deploy/'s plugin config");
+            let body: String = config
+                .lines()
+                .take_while(|l| l.starts_with("    ") || l.is_empty())
+                .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+                .collect();
+            json!(body)
+        };
+        let mixed = base_config.as_str().unwrap().replace("migStrategy: none", "migStrategy: mixed");
+        assert!(
+            mixed.contains("migStrategy: mixed"),
+            "deploy/'s config names the MIG strategy: {base_config}"
+        );
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": "nvinject-device-plugin", "namespace": NAMESPACE },
+            "data": { "config.yaml": mixed },
+        });
+        fs::write(overlay.join("mig-mixed.json"), serde_json::to_string_pretty(&patch).unwrap()).unwrap();
+        let kustomization = overlay.join("kustomization.yaml");
+        let text = fs::read_to_string(&kustomization).unwrap();
+        fs::write(&kustomization, format!("{text}- mig-mixed.json\n")).unwrap();
+
+        let mut cluster = prepared.start().unwrap_or_else(|e| panic!("{e}"));
+        println!("bring-up: control plane and a100-mig node Ready in {:.1?}", started.elapsed());
+        let t = Instant::now();
+        cluster.kubectl_out(&["apply", "-k", &overlay.to_string_lossy()]).unwrap();
+        let want = [
+            (GPU, "2"),
+            ("nvidia.com/mig-1g.10gb", "9"),
+            ("nvidia.com/mig-2g.20gb", "1"),
+            ("nvidia.com/mig-3g.40gb", "1"),
+        ];
+        let allocatable = wait("the MIG names in allocatable", Duration::from_secs(240), &mut cluster, |c| {
+            let node = c.get_json(&["node", NODE]).ok()?;
+            let a = node["status"]["allocatable"].clone();
+            want.iter().all(|(name, n)| a[*name] == *n).then_some(a)
+        });
+        println!("a100-mig, migStrategy mixed: allocatable {allocatable} {:.1?} after apply", t.elapsed());
+        let mig_names: Vec<&String> =
+            allocatable.as_object().unwrap().keys().filter(|k| k.starts_with("nvidia.com/")).collect();
+        assert_eq!(mig_names.len(), want.len(), "exactly the names a mixed node advertises: {allocatable}");
+
+        // The trap: `nvidia.com/gpu: 1` is one of the whole GPUs (2 or 3), not a slice.
+        let whole = run_smoke(&mut cluster, "gpu-on-mig-node", Some(1));
+        assert_eq!(whole.phase, "Succeeded", "{}", whole.log);
+        assert_eq!(whole.gpus.len(), 1, "{:?}", whole.gpus);
+        assert!([uuid(2), uuid(3)].contains(&whole.gpus[0]), "a whole GPU: {:?}", whole.gpus);
+        let listed = gpu_lines(&whole.log);
+        assert!(listed.len() == 1 && listed[0].contains(&whole.gpus[0]), "{}", whole.log);
+        assert!(!whole.log.contains("MIG"), "no MIG device visible: {}", whole.log);
+
+        // The MIG name gets one slice of a carved GPU.
+        let slice = run_smoke_of(&mut cluster, "mig-slice", "nvidia.com/mig-1g.10gb", Some(1));
+        assert_eq!(slice.phase, "Succeeded", "{}", slice.log);
+        assert_eq!(slice.gpus.len(), 1, "{:?}", slice.gpus);
+        assert!(slice.gpus[0].starts_with("MIG-"), "a MIG device: {:?}", slice.gpus);
+        let migs: Vec<&str> = slice.log.lines().filter(|l| l.trim_start().starts_with("MIG ")).collect();
+        assert_eq!(migs.len(), 1, "nvidia-smi -L lists one MIG device: {}", slice.log);
+        assert!(migs[0].contains(&slice.gpus[0]) && migs[0].contains("1g.10gb"), "{}", slice.log);
+        assert_eq!(slice.runtime, NVINJECT_RUNTIME);
+
+        let stopped = cluster.stop().unwrap_or_else(|e| panic!("{e}"));
+        let report = stopped.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.node.killed_in_cgroups.is_empty(), "{report:?}");
+        println!("whole run inside the namespaces: {:.1?}", started.elapsed());
     });
 }

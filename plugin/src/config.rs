@@ -20,5 +20,5 @@ pub mod file;
 pub mod resolve;
 
 pub use error::ConfigError;
-pub use file::{CONFIG_VERSION, ConfigFile, load_file, parse_file};
+pub use file::{CONFIG_VERSION, ConfigFile, MAX_CONFIG_BYTES, load_file, parse_file};
 pub use resolve::{Defaults, Overrides, ResolvedConfig, parse_metrics_address, parse_strategy_list, resolve};

@@ -18,6 +18,7 @@
 pub mod allocate;
 pub mod api;
 pub mod config;
+pub mod config_watch;
 pub mod devnodes;
 pub mod duration;
 pub mod error;

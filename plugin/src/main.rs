@@ -14,7 +14,8 @@ use clap::Parser;
 use tokio::sync::watch;
 
 use nvinject_cdi::Kind;
-use nvinject_device_plugin::config::{self, ConfigFile, Defaults, Overrides};
+use nvinject_device_plugin::config::{self, ConfigFile, Defaults, MAX_CONFIG_BYTES, Overrides};
+use nvinject_device_plugin::config_watch::{self, ConfigObservation, ConfigWatch};
 use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
 use nvinject_device_plugin::duration::GoDuration;
 use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
@@ -32,7 +33,7 @@ use nvinject_fsio::{Durability, WriteOptions};
 
 /// Kubernetes device plugin for NVIDIA GPUs. Flags override environment variables, which override
 /// the config file (NVIDIA's device plugin config format, version v1).
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "nvinject-device-plugin", version, args_override_self = true)]
 struct Cli {
     /// Config file (YAML or JSON, NVIDIA's `version: v1` format).
@@ -121,6 +122,11 @@ struct Cli {
     /// How often the spec is checked between Allocates (Go duration, above 0).
     #[arg(long, env = "NVINJECT_DRIVER_WATCH_INTERVAL", default_value = "10s")]
     driver_watch_interval: GoDuration,
+    /// How often --config-file is checked for an edit (an updated ConfigMap); a new configuration
+    /// that loads restarts the plugin with it, one that does not is logged and ignored (Go
+    /// duration; 0 = only on SIGHUP).
+    #[arg(long, env = "NVINJECT_CONFIG_WATCH_INTERVAL", default_value = "5s")]
+    config_watch_interval: GoDuration,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -255,7 +261,10 @@ fn run(cli: Cli) -> Result<()> {
         // Zero would check the socket files in a loop without pause.
         anyhow::bail!("--socket-poll (NVINJECT_SOCKET_POLL) is 0: give a positive interval such as 500ms");
     }
+    // The bytes the settings come from, read first: an edit racing the load is seen as a change.
+    let running = cli.config_file.as_deref().map(|p| config_watch::read(p, MAX_CONFIG_BYTES as u64 + 1));
     let settings = load_settings(&cli)?;
+    let mut reload = Reload::new(&cli, running);
     if cli.print_config {
         println!("{}", serde_json::to_string_pretty(&settings)?);
         return Ok(());
@@ -277,7 +286,7 @@ fn run(cli: Cli) -> Result<()> {
             // NVIDIA's behaviour with failOnInitError=false: stay up, serve nothing, so a node
             // without GPUs (or with a broken driver) does not crash-loop the DaemonSet.
             tracing::error!(error = format!("{e:#}"), "start-up failed; serving nothing until stopped");
-            let signal = runtime.block_on(wait_for_signal())?;
+            let signal = runtime.block_on(wait_for_signal(&mut reload))?;
             return finish(signal);
         }
     };
@@ -287,11 +296,11 @@ fn run(cli: Cli) -> Result<()> {
     write_labels(&settings, &inventory, &plan);
     let freshness = spec_freshness(&cli, &settings)?;
     if let Some(ready) = cli.installer_ready_file.as_ref().filter(|p| !p.as_os_str().is_empty())
-        && let Some(signal) = runtime.block_on(wait_for_installer(ready))?
+        && let Some(signal) = runtime.block_on(wait_for_installer(ready, &mut reload))?
     {
         return finish(signal);
     }
-    let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll, freshness))?;
+    let signal = runtime.block_on(serve(settings, nvml, plan, cli.socket_poll, freshness, &mut reload))?;
     drop(runtime);
     finish(signal)
 }
@@ -369,6 +378,7 @@ async fn serve(
     plan: Plan,
     poll: GoDuration,
     freshness: Option<(Arc<SpecFreshness>, std::time::Duration)>,
+    reload: &mut Reload,
 ) -> Result<Stop> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::default());
@@ -494,7 +504,7 @@ async fn serve(
         )));
     }
 
-    let signal = wait_for_signal().await?;
+    let signal = wait_for_signal(reload).await?;
     let _ = shutdown_tx.send(true);
     stop_health.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -510,7 +520,7 @@ async fn serve(
 /// Waits until the installer's ready file exists (the runtime is installed and the spec written):
 /// before that, GPUs advertised to the kubelet would be scheduled onto a node that cannot start
 /// them. `Some` when a signal came first.
-async fn wait_for_installer(ready: &Path) -> Result<Option<Stop>> {
+async fn wait_for_installer(ready: &Path, reload: &mut Reload) -> Result<Option<Stop>> {
     let poll = async {
         let mut waited = std::time::Duration::ZERO;
         let step = std::time::Duration::from_millis(500);
@@ -529,20 +539,73 @@ async fn wait_for_installer(ready: &Path) -> Result<Option<Stop>> {
     };
     tokio::select! {
         () = poll => Ok(None),
-        signal = wait_for_signal() => signal.map(Some),
+        signal = wait_for_signal(reload) => signal.map(Some),
     }
 }
 
-/// What a signal asks for.
+/// What a signal (or an edited config file) asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     /// SIGTERM / SIGINT.
     Exit,
-    /// SIGHUP.
+    /// SIGHUP, or a config file edited into a new configuration that loads.
     Restart,
 }
 
-async fn wait_for_signal() -> Result<Stop> {
+/// The config-file watch: the file, how often to look, and the configuration it must load into
+/// before the plugin restarts with it.
+struct Reload {
+    cli: Cli,
+    watch: Option<(PathBuf, ConfigWatch, std::time::Duration)>,
+}
+
+impl Reload {
+    /// Watches `--config-file` when one is given and the interval is not 0; `running` holds the
+    /// bytes read just before the settings were loaded.
+    fn new(cli: &Cli, running: Option<std::io::Result<Vec<u8>>>) -> Self {
+        let interval = cli.config_watch_interval.0;
+        let watch = match (&cli.config_file, running) {
+            (Some(path), Some(Ok(bytes))) if !interval.is_zero() => {
+                Some((path.clone(), ConfigWatch::new(bytes), interval))
+            }
+            _ => None,
+        };
+        Reload { cli: cli.clone(), watch }
+    }
+
+    /// Resolves once the config file holds a new configuration that loads; never without a watch.
+    async fn changed(&mut self) -> Stop {
+        let Some((path, watch, interval)) = &mut self.watch else { return std::future::pending().await };
+        loop {
+            tokio::time::sleep(*interval).await;
+            let now = config_watch::read(path, MAX_CONFIG_BYTES as u64 + 1);
+            match watch.observe(&now) {
+                ConfigObservation::Unchanged => {}
+                ConfigObservation::Unreadable(error) => {
+                    tracing::debug!(file = %path.display(), error, "config file not readable now; looking again later");
+                }
+                ConfigObservation::Changed => match load_settings(&self.cli) {
+                    Ok(_) => {
+                        tracing::info!(file = %path.display(), "config file changed: restarting with it");
+                        return Stop::Restart;
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            file = %path.display(),
+                            error = format!("{e:#}"),
+                            "config file changed but does not load: still serving the previous configuration"
+                        );
+                        if let Ok(bytes) = now {
+                            watch.reject(bytes);
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+async fn wait_for_signal(reload: &mut Reload) -> Result<Stop> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
@@ -551,5 +614,6 @@ async fn wait_for_signal() -> Result<Stop> {
         _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); Stop::Exit }
         _ = int.recv() => { tracing::info!("SIGINT: shutting down"); Stop::Exit }
         _ = hup.recv() => { tracing::info!("SIGHUP: restarting with the configuration re-read"); Stop::Restart }
+        stop = reload.changed() => stop,
     })
 }

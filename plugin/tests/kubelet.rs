@@ -564,3 +564,51 @@ fn sighup_restarts_with_the_config_re_read() {
     assert!(p.running(), "same process, started over");
     assert!(p.terminate().success());
 }
+
+/// An operator edits the plugin's ConfigMap: the kubelet swaps the mounted file (a rename), the
+/// plugin notices within its watch interval and starts over with the new configuration, with no
+/// SIGHUP and no config-manager sidecar; an edit that does not load is reported, naming the file,
+/// and the plugin keeps serving the configuration it has.
+#[test]
+fn an_edited_config_file_restarts_the_plugin_and_a_bad_edit_is_ignored() {
+    let node = Node::preset("single");
+    let config = node.tmp.path().join("config.yaml");
+    let swap = |text: &str| {
+        let next = node.tmp.path().join("config.yaml.next");
+        std::fs::write(&next, text).unwrap();
+        std::fs::rename(&next, &config).unwrap();
+    };
+    swap("version: v1\n");
+    let (mut k, mut p) =
+        start(&node, &["--config-file", config.to_str().unwrap(), "--config-watch-interval", "200ms"]);
+    k.registered("nvidia.com/gpu");
+    assert_eq!(ids(&k.devices("nvidia.com/gpu", |d| !d.is_empty())), vec![node.uuid(0)]);
+
+    swap(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+    );
+    k.registered("nvidia.com/gpu");
+    let devices = k.devices("nvidia.com/gpu", |d| d.len() == 4);
+    assert_eq!(devices[3]["id"], format!("{}::3", node.uuid(0)));
+    assert!(p.running(), "same process, started over");
+    assert!(p.stderr().contains("config file changed: restarting with it"), "{}", p.stderr());
+
+    // A bad edit: reported once with the file's name, the four replicas stay served.
+    swap(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n",
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !p.stderr().contains("does not load") {
+        assert!(std::time::Instant::now() < deadline, "the bad edit is reported:\n{}", p.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    let log = p.stderr();
+    let reported: Vec<&str> = log.lines().filter(|l| l.contains("does not load")).collect();
+    assert_eq!(reported.len(), 1, "reported once, not every interval:\n{log}");
+    assert!(reported[0].contains(config.to_str().unwrap()), "names the file: {}", reported[0]);
+    assert_eq!(log.matches("config file changed: restarting").count(), 1, "no restart for it:\n{log}");
+    let c = k.allocate("nvidia.com/gpu", json!([[format!("{}::2", node.uuid(0))]])).unwrap();
+    assert_eq!(annotation(&c["containers"][0]).1, format!("nvidia.com/gpu={}", node.uuid(0)));
+    assert!(p.terminate().success());
+}

@@ -56,6 +56,9 @@ impl KubeletSettings {
             config["address"] = json!(api.node_ip);
             // The default is 10 s; GPU counts and Ready reach the API server sooner.
             config["nodeStatusUpdateFrequency"] = json!("4s");
+            // The default is 1 min: a ConfigMap volume (the device plugin's config) is refreshed on
+            // this period, so an edited config reaches the plugin within seconds.
+            config["syncFrequency"] = json!("10s");
         }
         config
     }
@@ -327,6 +330,7 @@ mod tests {
         let c = s.config();
         assert_eq!(c["address"], "10.77.0.1");
         assert_eq!(c["nodeStatusUpdateFrequency"], "4s");
+        assert_eq!(c["syncFrequency"], "10s");
         assert_eq!(c["healthzBindAddress"], "127.0.0.1");
     }
 

@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::cgroup::CgroupRoot;
 use super::config::{ApiServerLink, KubeletSettings, StaticPod, containerd_node_config};
 use super::daemon::Daemon;
+use super::supervisor::{DaemonExit, Respawn, Supervised};
 use super::{KubeletArtifacts, KubeletError};
 use crate::containerd::ctr_command;
 use crate::cri::{self, CriClient, LABEL_CONTAINER_NAME, LABEL_POD_NAME, parse_cri_log};
@@ -123,6 +124,9 @@ pub struct NodeOptions {
     pub cni_bin_dir: PathBuf,
     /// The API server the kubelet joins (`None`: standalone).
     pub api: Option<ApiServerLink>,
+    /// Restart containerd this long after it exits, as its systemd unit does (`Restart=always`,
+    /// `RestartSec=5`): what an installer's signal restart needs. `None`: an exit stays an exit.
+    pub containerd_restart_after: Option<Duration>,
 }
 
 impl Default for NodeOptions {
@@ -133,6 +137,7 @@ impl Default for NodeOptions {
             images: Vec::new(),
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
             api: None,
+            containerd_restart_after: None,
         }
     }
 }
@@ -160,8 +165,9 @@ pub struct KubeNode {
     // Stopped in this order: the kubelet, the extras, containerd; the cgroup goes last.
     kubelet: Option<Daemon>,
     extras: Vec<Daemon>,
-    containerd: Option<Daemon>,
-    cri: Option<CriClient>,
+    containerd: Option<Supervised>,
+    /// Connected to the containerd with this PID (reconnected after a restart).
+    cri: Option<(u32, CriClient)>,
     cgroup: Option<CgroupRoot>,
 }
 
@@ -306,7 +312,35 @@ impl KubeNode {
 
     /// The CRI client (connected to this node's containerd).
     pub fn cri(&mut self) -> &mut CriClient {
-        self.cri.as_mut().expect("containerd is running")
+        self.connected_cri().unwrap_or_else(|e| panic!("containerd is running: {e}"))
+    }
+
+    /// The CRI client, connected again when containerd was restarted since the last call.
+    fn connected_cri(&mut self) -> Result<&mut CriClient, KubeletError> {
+        let pid = self.containerd.as_ref().map_or(0, Supervised::pid);
+        if self.cri.as_ref().is_none_or(|(connected, _)| *connected != pid) {
+            self.cri = None;
+            let client = CriClient::connect(Path::new(CONTAINERD_SOCKET))?;
+            self.cri = Some((pid, client));
+        }
+        Ok(&mut self.cri.as_mut().expect("just connected").1)
+    }
+
+    /// Whether containerd answers CRI with its runtime ready (false while it is down or starting).
+    pub fn containerd_ready(&mut self) -> bool {
+        let Ok(cri) = self.connected_cri() else { return false };
+        cri.conditions().is_ok_and(|conditions| conditions.iter().any(|(t, ok)| t == "RuntimeReady" && *ok))
+    }
+
+    /// containerd's PID now (0 while it is down between an exit and its restart).
+    pub fn containerd_pid(&self) -> u32 {
+        self.containerd.as_ref().map_or(0, Supervised::pid)
+    }
+
+    /// Every exit of containerd seen so far, with the restart that followed (with
+    /// [`NodeOptions::containerd_restart_after`]).
+    pub fn containerd_exits(&self) -> Vec<DaemonExit> {
+        self.containerd.as_ref().map(Supervised::exits).unwrap_or_default()
     }
 
     /// The files shadowing the kubelet's sysctls, with the sysctl each stands for.
@@ -321,11 +355,14 @@ impl KubeNode {
             command: "containerd".into(),
             detail: format!("PATH: {e}"),
         })?;
+        let (log, pid_file) = (self.dirs.logs.join("containerd.log"), self.dirs.pid_file.clone());
         // No flags: the default config file, root, state and socket, as on a node.
-        let mut cmd = Command::new("containerd");
-        cmd.env("PATH", path);
-        let mut d =
-            Daemon::spawn("containerd", cmd, &self.dirs.logs.join("containerd.log"), &self.dirs.pid_file)?;
+        let spawn = move || {
+            let mut cmd = Command::new("containerd");
+            cmd.env("PATH", &path);
+            Daemon::spawn("containerd", cmd, &log, &pid_file)
+        };
+        let mut d = spawn()?;
         let started = Instant::now();
         let socket = Path::new(CONTAINERD_SOCKET);
         let cri = wait_for(
@@ -349,9 +386,11 @@ impl KubeNode {
             },
         )
         .map_err(|e| e.with_log(&d))?;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, pid = d.pid(), "containerd ready");
-        self.containerd = Some(d);
-        self.cri = Some(cri);
+        let pid = d.pid();
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, pid, "containerd ready");
+        let respawn: Respawn = Box::new(spawn);
+        self.containerd = Some(Supervised::new(d, self.options.containerd_restart_after, respawn));
+        self.cri = Some((pid, cri));
         Ok(())
     }
 
@@ -435,7 +474,7 @@ impl KubeNode {
     ) -> Result<RunningContainer, KubeletError> {
         let full = pod.full_name(&self.settings.node_name);
         let what = format!("container {container} of pod {full} to run");
-        let cri = self.cri.as_mut().expect("containerd is running");
+        let cri = self.connected_cri()?;
         let found = wait_for(&what, timeout, Duration::from_millis(10), || {
             let list = cri.containers(&[(LABEL_POD_NAME, &full), (LABEL_CONTAINER_NAME, container)])?;
             Ok(list.into_iter().find(cri::is_running))
@@ -464,7 +503,7 @@ impl KubeNode {
     pub fn wait_stopped(&mut self, pod: &StaticPod, timeout: Duration) -> Result<Duration, KubeletError> {
         let full = pod.full_name(&self.settings.node_name);
         let started = Instant::now();
-        let cri = self.cri.as_mut().expect("containerd is running");
+        let cri = self.connected_cri()?;
         let mut quiet: Option<(Instant, usize, usize)> = None;
         wait_for(&format!("pod {full} to stop"), timeout, Duration::from_millis(50), || {
             let containers = cri.containers(&[(LABEL_POD_NAME, &full)])?;
@@ -490,7 +529,7 @@ impl KubeNode {
     pub fn wait_removed(&mut self, pod: &StaticPod, timeout: Duration) -> Result<Duration, KubeletError> {
         let full = pod.full_name(&self.settings.node_name);
         let started = Instant::now();
-        let cri = self.cri.as_mut().expect("containerd is running");
+        let cri = self.connected_cri()?;
         wait_for(
             &format!("pod {full} to be garbage-collected"),
             timeout,
@@ -586,8 +625,8 @@ impl KubeNode {
         if let Some(mut d) = self.kubelet.take() {
             d.stop(Duration::from_secs(10));
         }
-        if let Some(cri) = self.cri.as_mut() {
-            report.pods_removed = cri.remove_all_pods()?;
+        if self.containerd.as_ref().is_some_and(|c| c.exited().is_none()) {
+            report.pods_removed = self.connected_cri()?.remove_all_pods()?;
         }
         for mut d in self.extras.drain(..).rev() {
             d.stop(Duration::from_secs(10));
@@ -623,7 +662,7 @@ impl Drop for KubeNode {
         if let Some(mut d) = self.kubelet.take() {
             d.stop(Duration::from_secs(5));
         }
-        if let Some(cri) = self.cri.as_mut() {
+        if let Ok(cri) = self.connected_cri() {
             let _ = cri.remove_all_pods();
         }
         for mut d in self.extras.drain(..).rev() {
