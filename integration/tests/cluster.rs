@@ -27,7 +27,7 @@ use nvinject_integration::containerd::ctr_command;
 use nvinject_integration::image::{self, ImageSpec};
 use nvinject_integration::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
 use nvinject_integration::kubelet::{self, KubeletError};
-use nvinject_integration::namespace::isolated;
+use nvinject_integration::namespace::{Inside, isolated};
 use nvinject_integration::release_image::{self, ReleaseInputs};
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 use serde_json::{Value, json};
@@ -92,6 +92,76 @@ fn stripped_binaries(bins: &Binaries, dir: &Path) -> PathBuf {
         run(Command::new("strip").arg("--strip-debug").arg("-o").arg(dir.join(name)).arg(&source));
     }
     dir.to_path_buf()
+}
+
+/// A cluster ready to start: the simulated node, nvinject's image, and the overlay of deploy/.
+struct Staged {
+    sim: SimRoots,
+    release: release_image::ReleaseImage,
+    prepared: PreparedCluster,
+    overlay: PathBuf,
+}
+
+/// Builds the simulated node `preset`, nvinject's image under the name deploy/ uses and the gpu-smoke
+/// image, lays out the cluster (control plane running, node not started) and writes the test overlay.
+fn stage(
+    inside: &Inside,
+    artifacts: &ClusterArtifacts,
+    bins: &Binaries,
+    image_name: &str,
+    deploy: &Path,
+    preset: &str,
+) -> Staged {
+    let work = inside.work();
+    let sim_dir = work.join("sim");
+    run(Command::new(&bins.simnode).args(["build", "--preset", preset, "--out"]).arg(&sim_dir));
+    let sim = SimRoots {
+        driver_root: sim_dir.join("driver"),
+        dev_root: sim_dir.join("host"),
+        proc_root: sim_dir.join("host/proc"),
+        sys_root: sim_dir.join("host/sys"),
+        dir: sim_dir.clone(),
+    };
+    // nvinject's image from this build's debug binaries with their debug info stripped (as the
+    // release profile strips it): unstripped, the five weigh about 220 MiB, and the installer, which
+    // holds them in memory, overruns deploy/'s 256 MiB limit.
+    let t = Instant::now();
+    let bin_dir = stripped_binaries(bins, &work.join("image-bin"));
+    let release = release_image::build(
+        &ReleaseInputs {
+            name: image_name.to_owned(),
+            bin_dir: bin_dir.clone(),
+            hook: bin_dir.join("nvinject-hook"),
+        },
+        &work.join("nvinject-image.tar"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
+        release.image.name,
+        release.digest,
+        release.size as f64 / 1048576.0,
+        t.elapsed()
+    );
+    let smoke = image::build(
+        &ImageSpec {
+            name: SMOKE_IMAGE.into(),
+            programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
+            cmd: vec!["nvidia-smi".into()],
+            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        },
+        &work.join("gpu-smoke.tar"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let options =
+        ClusterOptions { node_name: NODE.into(), images: vec![release.image.clone(), smoke], sim_dir };
+    let prepared = PreparedCluster::new(inside, artifacts, options).unwrap_or_else(|e| panic!("{e}"));
+    let overlay = work.join("overlay");
+    fs::create_dir_all(&overlay).unwrap();
+    for (file, text) in test_overlay(&overlay, deploy, prepared.host_root(), &sim) {
+        fs::write(overlay.join(file), text).unwrap();
+    }
+    Staged { sim, release, prepared, overlay }
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -290,68 +360,17 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
     isolated(NAME, RUN_LIMIT, |inside| {
         let test_started = Instant::now();
         let mut steps: Vec<(&str, Duration)> = Vec::new();
-        let work = inside.work();
-        let sim_dir = work.join("sim");
-        run(Command::new(&bins.simnode).args(["build", "--preset", "h100x8", "--out"]).arg(&sim_dir));
-        let sim = SimRoots {
-            driver_root: sim_dir.join("driver"),
-            dev_root: sim_dir.join("host"),
-            proc_root: sim_dir.join("host/proc"),
-            sys_root: sim_dir.join("host/sys"),
-            dir: sim_dir.clone(),
-        };
-
-        // nvinject's image under the name deploy/ uses, from this build's debug binaries with their
-        // debug info stripped (as the release profile strips it): unstripped, the five weigh about
-        // 220 MiB, and the installer, which holds them in memory, overruns deploy/'s 256 MiB limit.
-        let t = Instant::now();
-        let bin_dir = stripped_binaries(&bins, &work.join("image-bin"));
-        let release = release_image::build(
-            &ReleaseInputs {
-                name: image_name.clone(),
-                bin_dir: bin_dir.clone(),
-                hook: bin_dir.join("nvinject-hook"),
-            },
-            &work.join("nvinject-image.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        println!(
-            "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
-            release.image.name,
-            release.digest,
-            release.size as f64 / 1048576.0,
-            t.elapsed()
-        );
-        let smoke = image::build(
-            &ImageSpec {
-                name: SMOKE_IMAGE.into(),
-                programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
-                cmd: vec!["nvidia-smi".into()],
-                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-            },
-            &work.join("gpu-smoke.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-
         // Bring-up: network, control plane, the node with plain containerd (as the node's image ships
         // it, supervised as its systemd unit would be), node Ready. nvinject is not on it yet.
         let t = Instant::now();
-        let options = ClusterOptions {
-            node_name: NODE.into(),
-            images: vec![release.image.clone(), smoke],
-            sim_dir: sim_dir.clone(),
-        };
-        let prepared = PreparedCluster::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
-        let overlay = work.join("overlay");
-        fs::create_dir_all(&overlay).unwrap();
-        for (file, text) in test_overlay(&overlay, &deploy, prepared.host_root(), &sim) {
-            fs::write(overlay.join(file), text).unwrap();
-        }
+        let Staged { sim, release, prepared, overlay } =
+            stage(inside, &artifacts, &bins, &image_name, &deploy, "h100x8");
+        let sim_dir = sim.dir.clone();
         let host_root = prepared.host_root().to_path_buf();
         let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
         let mut cluster = prepared.start().unwrap_or_else(|e| panic!("{e}"));
         let original_tree = host_root_tree(&host_root, &sim_dir);
-        steps.push(("bring-up (control plane + node Ready)", t.elapsed()));
+        steps.push(("bring-up (images, control plane, node Ready)", t.elapsed()));
         println!("bring-up: control plane and node {NODE} Ready in {:.1?}", t.elapsed());
         let version: Value =
             serde_json::from_str(&cluster.kubectl_out(&["version", "-o", "json"]).unwrap()).unwrap();
@@ -687,50 +706,11 @@ fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     isolated(NAME, RUN_LIMIT, |inside| {
         let started = Instant::now();
-        let work = inside.work();
-        let sim_dir = work.join("sim");
-        run(Command::new(&bins.simnode).args(["build", "--preset", "a100-mig", "--out"]).arg(&sim_dir));
-        let sim = SimRoots {
-            driver_root: sim_dir.join("driver"),
-            dev_root: sim_dir.join("host"),
-            proc_root: sim_dir.join("host/proc"),
-            sys_root: sim_dir.join("host/sys"),
-            dir: sim_dir.clone(),
-        };
+        let Staged { sim, prepared, overlay, .. } =
+            stage(inside, &artifacts, &bins, &image_name, &deploy, "a100-mig");
         let description: Value =
-            serde_json::from_str(&fs::read_to_string(sim_dir.join("node.json")).unwrap()).unwrap();
+            serde_json::from_str(&fs::read_to_string(sim.dir.join("node.json")).unwrap()).unwrap();
         let uuid = |i: usize| description["gpus"][i]["uuid"].as_str().unwrap().to_owned();
-        let bin_dir = stripped_binaries(&bins, &work.join("image-bin"));
-        let release = release_image::build(
-            &ReleaseInputs {
-                name: image_name.clone(),
-                bin_dir: bin_dir.clone(),
-                hook: bin_dir.join("nvinject-hook"),
-            },
-            &work.join("nvinject-image.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let smoke = image::build(
-            &ImageSpec {
-                name: SMOKE_IMAGE.into(),
-                programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
-                cmd: vec!["nvidia-smi".into()],
-                env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-            },
-            &work.join("gpu-smoke.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let options = ClusterOptions {
-            node_name: NODE.into(),
-            images: vec![release.image, smoke],
-            sim_dir: sim_dir.clone(),
-        };
-        let prepared = PreparedCluster::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
-        let overlay = work.join("overlay");
-        fs::create_dir_all(&overlay).unwrap();
-        for (file, text) in test_overlay(&overlay, &deploy, prepared.host_root(), &sim) {
-            fs::write(overlay.join(file), text).unwrap();
-        }
         // The operator's own patch: deploy/'s plugin config with the MIG strategy changed.
         let base_config: Value = {
             let text = fs::read_to_string(deploy.join("device-plugin-config.yaml")).unwrap();
