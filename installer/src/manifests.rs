@@ -9,11 +9,12 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, ExecAction, HostPathVolumeSource, Namespace,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecurityContext, ServiceAccount, Toleration,
-    Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, ExecAction, HostPathVolumeSource,
+    Namespace, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecurityContext,
+    ServiceAccount, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::node::v1::{RuntimeClass, Scheduling};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -272,6 +273,19 @@ pub fn device_plugin_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
                 &format!("{PLUGIN_HOST_RUN}/cdi/{}", nvinject_cdi::nvinject::SPEC_FILE_NAME),
             ),
             env("NVINJECT_INSTALLER_READY_FILE", READY_FILE),
+            // The Node object the GPU labels go on (the plugin's ClusterRole allows `get` and
+            // `patch` on nodes, nothing else).
+            EnvVar {
+                name: "NODE_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "spec.nodeName".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
         ]),
         // NVML opens /dev/nvidia*; a privileged container sees the host's device nodes.
         security_context: Some(SecurityContext { privileged: Some(true), ..Default::default() }),
@@ -286,7 +300,8 @@ pub fn device_plugin_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
     };
     let pod = PodSpec {
         service_account_name: Some("nvinject-device-plugin".into()),
-        automount_service_account_token: Some(false),
+        // Its token labels the Node object; the installer's pod gets none.
+        automount_service_account_token: Some(true),
         priority_class_name: Some("system-node-critical".into()),
         node_selector: Some(node_selector(args)?),
         tolerations: Some(gpu_tolerations()),
@@ -348,8 +363,8 @@ pub fn namespace(args: &ManifestArgs) -> Namespace {
     Namespace { metadata, ..Default::default() }
 }
 
-/// Service accounts without API tokens: neither DaemonSet calls the Kubernetes API, so the
-/// minimal RBAC is no permission at all.
+/// The service accounts, tokens not mounted unless a pod asks: the installer calls no API; the
+/// device plugin's pod mounts its token to label its Node ([`device_plugin_rbac`]).
 pub fn service_accounts(args: &ManifestArgs) -> Vec<ServiceAccount> {
     [("nvinject-installer", "installer"), ("nvinject-device-plugin", "device-plugin")]
         .into_iter()
@@ -359,6 +374,37 @@ pub fn service_accounts(args: &ManifestArgs) -> Vec<ServiceAccount> {
             ..Default::default()
         })
         .collect()
+}
+
+/// What the device plugin may do through the API: read and patch Node objects (its GPU labels on
+/// its own node; RBAC cannot narrow a DaemonSet to "its own" node). Nothing else.
+pub fn device_plugin_rbac(args: &ManifestArgs) -> (ClusterRole, ClusterRoleBinding) {
+    let name = "nvinject-device-plugin";
+    let role = ClusterRole {
+        metadata: meta(name, None, "device-plugin"),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["nodes".into()]),
+            verbs: vec!["get".into(), "patch".into()],
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let binding = ClusterRoleBinding {
+        metadata: meta(name, None, "device-plugin"),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: name.into(),
+            namespace: Some(args.namespace.clone()),
+            ..Default::default()
+        }]),
+    };
+    (role, binding)
 }
 
 /// The device plugin's configuration.
@@ -381,11 +427,24 @@ fn yaml<T: serde::Serialize>(docs: &[T]) -> Result<String> {
     Ok(out)
 }
 
+/// The service accounts, then the plugin's ClusterRole and its binding.
+fn rbac_yaml(args: &ManifestArgs) -> Result<String> {
+    let value = |v: std::result::Result<serde_json::Value, serde_json::Error>| {
+        v.map_err(|e| Error::Manifest(e.to_string()))
+    };
+    let mut docs: Vec<serde_json::Value> =
+        service_accounts(args).iter().map(|sa| value(serde_json::to_value(sa))).collect::<Result<_>>()?;
+    let (role, binding) = device_plugin_rbac(args);
+    docs.push(value(serde_json::to_value(&role))?);
+    docs.push(value(serde_json::to_value(&binding))?);
+    yaml(&docs)
+}
+
 /// Every file of the kustomize base, `kustomization.yaml` last.
 pub fn render(args: &ManifestArgs) -> Result<Vec<ManifestFile>> {
     let mut files = vec![
         ManifestFile { name: "namespace.yaml", content: yaml(&[namespace(args)])? },
-        ManifestFile { name: "rbac.yaml", content: yaml(&service_accounts(args))? },
+        ManifestFile { name: "rbac.yaml", content: rbac_yaml(args)? },
         ManifestFile { name: "runtimeclass.yaml", content: yaml(&[runtime_class(args)?])? },
         ManifestFile { name: "device-plugin-config.yaml", content: yaml(&[device_plugin_config(args)])? },
         ManifestFile { name: "installer-daemonset.yaml", content: yaml(&[installer_daemon_set(args)?])? },
@@ -454,6 +513,29 @@ mod tests {
         assert_eq!(restart(ManifestArgs::default().restart_mode), ("signal".into(), Some(true)));
         assert_eq!(restart(RestartMode::Systemd), ("systemd".into(), None));
         assert_eq!(restart(RestartMode::None), ("none".into(), None));
+    }
+
+    #[test]
+    fn the_plugin_may_get_and_patch_nodes_and_nothing_else() {
+        let (role, binding) = device_plugin_rbac(&ManifestArgs::default());
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].resources.as_deref(), Some(&["nodes".to_owned()][..]));
+        assert_eq!(rules[0].verbs, ["get", "patch"]);
+        let subject = &binding.subjects.unwrap()[0];
+        assert_eq!(
+            (subject.name.as_str(), subject.namespace.as_deref()),
+            ("nvinject-device-plugin", Some("nvinject-system"))
+        );
+        let ds = device_plugin_daemon_set(&ManifestArgs::default()).unwrap();
+        let pod = ds.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(true));
+        let env = pod.containers[0].env.clone().unwrap();
+        let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();
+        assert_eq!(node.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path, "spec.nodeName");
+        let installer =
+            installer_daemon_set(&ManifestArgs::default()).unwrap().spec.unwrap().template.spec.unwrap();
+        assert_eq!(installer.automount_service_account_token, Some(false), "the installer calls no API");
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! directory holding bind mounts of exactly the node directories the test made, at their host paths.
 //! Every daemon is stopped by its PID, in [`Cluster::shutdown`] or on drop.
 
+pub mod agent;
 pub mod artifacts;
 pub mod control_plane;
+pub mod fleet;
 pub mod net;
 pub mod pki;
 
@@ -51,7 +53,7 @@ pub const CONTAINERD_RESTART_DELAY: Duration = Duration::from_secs(5);
 
 /// The CNI configuration: a bridge inside the test's network namespace with host-local addresses kept
 /// in `ipam_dir` (not the host's `/var/lib/cni`), no masquerading (nothing leaves the namespace).
-pub fn cni_config(ipam_dir: &Path) -> Value {
+pub fn cni_config(ipam_dir: &Path, subnet: &str) -> Value {
     json!({
         "cniVersion": "0.4.0",
         "name": "nvinject-test",
@@ -63,7 +65,7 @@ pub fn cni_config(ipam_dir: &Path) -> Value {
             "hairpinMode": false,
             "ipam": {
                 "type": "host-local",
-                "ranges": [[{ "subnet": POD_SUBNET }]],
+                "ranges": [[{ "subnet": subnet }]],
                 "routes": [{ "dst": "0.0.0.0/0" }],
                 "dataDir": ipam_dir,
             },
@@ -84,6 +86,19 @@ pub struct SimRoots {
     pub proc_root: PathBuf,
     /// Its sys root.
     pub sys_root: PathBuf,
+}
+
+impl SimRoots {
+    /// The roots of the simulated node built in `dir` (`nvinject-simnode build --out <dir>`).
+    pub fn of(dir: &Path) -> Self {
+        SimRoots {
+            driver_root: dir.join("driver"),
+            dev_root: dir.join("host"),
+            proc_root: dir.join("host/proc"),
+            sys_root: dir.join("host/sys"),
+            dir: dir.to_path_buf(),
+        }
+    }
 }
 
 /// The host paths nvinject's installer writes or reads, bound into the node's host root from the test
@@ -202,14 +217,19 @@ pub fn installer_root_env(sim: &SimRoots) -> Vec<(String, String)> {
     ]
 }
 
-/// The device plugin's root variables as the test overlay sets them.
-pub fn plugin_root_env(sim: &SimRoots) -> Vec<(String, String)> {
+/// The device plugin's root variables as the test overlay sets them, and the API server's address:
+/// the test cluster runs no kube-proxy, so the `kubernetes` Service's ClusterIP the kubelet puts in
+/// `KUBERNETES_SERVICE_HOST` leads nowhere; the plugin (which labels its Node) is pointed at the
+/// API server itself, as kube-proxy would forward it.
+pub fn plugin_root_env(sim: &SimRoots, api_host: &str) -> Vec<(String, String)> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     vec![
         ("NVIDIA_DRIVER_ROOT".into(), s(&sim.driver_root)),
         ("NVIDIA_DEV_ROOT".into(), s(&sim.dev_root)),
         ("NVINJECT_PROC_ROOT".into(), s(&sim.proc_root)),
         ("NVINJECT_SYS_ROOT".into(), s(&sim.sys_root)),
+        ("KUBERNETES_SERVICE_HOST".into(), api_host.into()),
+        ("KUBERNETES_SERVICE_PORT".into(), control_plane::APISERVER_PORT.to_string()),
     ]
 }
 
@@ -239,7 +259,13 @@ pub fn relative_path(from: &Path, to: &Path) -> PathBuf {
 /// which both see read-only at its own path (as a real node's /dev, /proc and /sys are where its NVML
 /// looks). Kustomize 1.20 (kubectl's) lists the base under `bases:`, relative to the overlay's directory
 /// `dir`. Returns (file name, contents).
-pub fn test_overlay(dir: &Path, base: &Path, host_root: &Path, sim: &SimRoots) -> Vec<(String, String)> {
+pub fn test_overlay(
+    dir: &Path,
+    base: &Path,
+    host_root: &Path,
+    sim: &SimRoots,
+    api_host: &str,
+) -> Vec<(String, String)> {
     let sim_volume =
         json!({ "name": "simulated-node", "hostPath": { "path": sim.dir, "type": "Directory" } });
     let sim_mount = json!({ "name": "simulated-node", "mountPath": sim.dir, "readOnly": true });
@@ -263,7 +289,7 @@ pub fn test_overlay(dir: &Path, base: &Path, host_root: &Path, sim: &SimRoots) -
         "kind": "DaemonSet",
         "metadata": { "name": "nvinject-device-plugin", "namespace": "nvinject-system" },
         "spec": { "template": { "spec": {
-            "containers": [{ "name": "device-plugin", "env": env(plugin_root_env(sim)), "volumeMounts": [sim_mount] }],
+            "containers": [{ "name": "device-plugin", "env": env(plugin_root_env(sim, api_host)), "volumeMounts": [sim_mount] }],
             "volumes": [
                 { "name": "driver-root", "hostPath": { "path": sim.driver_root, "type": "Directory" } },
                 { "name": "host-run", "hostPath": { "path": in_root(host_root, Path::new("/run")), "type": "Directory" } },
@@ -329,6 +355,101 @@ pub struct ClusterOptions {
     pub sim_dir: PathBuf,
 }
 
+/// Adds to the overlay in `dir` (made by [`test_overlay`]) a patch of the device plugin's ConfigMap:
+/// the `config.yaml` of deploy/ (`base`) passed through `edit`, as an operator's kustomize overlay
+/// would change a setting (the MIG strategy).
+pub fn patch_plugin_config(
+    dir: &Path,
+    base: &Path,
+    edit: impl Fn(&str) -> String,
+) -> Result<(), KubeletError> {
+    let source = base.join("device-plugin-config.yaml");
+    let text = fs::read_to_string(&source).map_err(io("read", &source))?;
+    let Some(embedded) = text.split("config.yaml: |\n").nth(1) else {
+        return Err(KubeletError::Command {
+            command: format!("read {}", source.display()),
+            detail: "no `config.yaml: |` block".into(),
+        });
+    };
+    let config: String = embedded
+        .lines()
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": "nvinject-device-plugin", "namespace": "nvinject-system" },
+        "data": { "config.yaml": edit(&config) },
+    });
+    let file = dir.join("device-plugin-config.json");
+    fs::write(&file, serde_json::to_string_pretty(&patch).expect("JSON values serialise"))
+        .map_err(io("write", &file))?;
+    let kustomization = dir.join("kustomization.yaml");
+    let text = fs::read_to_string(&kustomization).map_err(io("read", &kustomization))?;
+    fs::write(&kustomization, format!("{text}- device-plugin-config.json\n"))
+        .map_err(io("write", &kustomization))
+}
+
+/// One node of a test cluster: its name and address, how it joins, what it runs.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// The node's name.
+    pub name: String,
+    /// Its address (the kubelet's `--node-ip`).
+    pub address: String,
+    /// The labels it registers with (`--node-labels`).
+    pub labels: Vec<(String, String)>,
+    /// Its kubelet's kubeconfig (`system:node:<name>`).
+    pub kubeconfig: PathBuf,
+    /// Images imported into its containerd besides the pause image.
+    pub images: Vec<BuiltImage>,
+    /// The simulated node's directory, bound into the host root at its own path.
+    pub sim_dir: PathBuf,
+    /// Its pods' subnet (the CNI bridge's).
+    pub pod_subnet: String,
+    /// Where its host root is made.
+    pub host_root_dir: PathBuf,
+}
+
+/// Lays out a node in this mount namespace: its directories and shadows (containerd's supervised by a
+/// restart delay, as its systemd unit would), the CNI config, `/run/netns`, and its host root; its
+/// daemons are not started yet.
+pub fn prepare_node(
+    inside: &Inside,
+    artifacts: &ClusterArtifacts,
+    spec: &NodeSpec,
+) -> Result<(PreparedNode, NodeHostRoot), KubeletError> {
+    let node_options = NodeOptions {
+        node_name: spec.name.clone(),
+        // containerd 1.6 finds shims on its PATH: the installer's link goes to the host root's
+        // /usr/local/bin, the node's.
+        containerd_path_prepend: vec![in_root(&spec.host_root_dir, Path::new("/usr/local/bin"))],
+        images: spec.images.clone(),
+        cni_bin_dir: artifacts.cni_bin_dir.clone(),
+        api: Some(ApiServerLink {
+            kubeconfig: spec.kubeconfig.clone(),
+            node_ip: spec.address.clone(),
+            node_labels: spec.labels.clone(),
+        }),
+        containerd_restart_after: Some(CONTAINERD_RESTART_DELAY),
+    };
+    let node = PreparedNode::new(inside, &artifacts.kubelet, node_options)?;
+    // Where containerd's CRI mounts pod network namespaces (the host's /run/netns otherwise).
+    let netns = node.dirs().root.join("run-netns");
+    fs::create_dir_all(&netns).map_err(io("create", &netns))?;
+    inside.shadow(Path::new("/run/netns"), &netns)?;
+    let ipam = node.dirs().root.join("cni-ipam");
+    fs::create_dir_all(&ipam).map_err(io("create", &ipam))?;
+    let conflist = Path::new("/etc/cni/net.d/10-nvinject-test.conflist");
+    let config = cni_config(&ipam, &spec.pod_subnet);
+    fs::write(conflist, serde_json::to_string_pretty(&config).expect("JSON values serialise"))
+        .map_err(io("write", conflist))?;
+    let containerd = which("containerd")?;
+    let host_root = NodeHostRoot::create(&spec.host_root_dir, node.dirs(), &spec.sim_dir, &containerd)?;
+    Ok((node, host_root))
+}
+
 impl PreparedCluster {
     /// Inside an isolated test: the node's network, its directories and host root, the CNI config, the
     /// certificates and the running control plane (its files in `<work>/control-plane`).
@@ -340,33 +461,17 @@ impl PreparedCluster {
         let network = NodeNetwork::create("nvinject-node", "nvinject-peer", NODE_IP, 24)?;
         let dir = inside.work().join("control-plane");
         let (control, creds) = ControlPlane::start(artifacts, &dir, NODE_IP, &options.node_name)?;
-        let host_root_dir = inside.work().join("host-root");
-        let node_options = NodeOptions {
-            node_name: options.node_name.clone(),
-            // containerd 1.6 finds shims on its PATH: the installer's link goes to the host root's
-            // /usr/local/bin, the node's.
-            containerd_path_prepend: vec![in_root(&host_root_dir, Path::new("/usr/local/bin"))],
+        let spec = NodeSpec {
+            name: options.node_name.clone(),
+            address: NODE_IP.into(),
+            labels: vec![(GPU_NODE_LABEL.0.into(), GPU_NODE_LABEL.1.into())],
+            kubeconfig: creds.kubelet.clone(),
             images: options.images.clone(),
-            cni_bin_dir: artifacts.cni_bin_dir.clone(),
-            api: Some(ApiServerLink {
-                kubeconfig: creds.kubelet.clone(),
-                node_ip: NODE_IP.into(),
-                node_labels: vec![(GPU_NODE_LABEL.0.into(), GPU_NODE_LABEL.1.into())],
-            }),
-            containerd_restart_after: Some(CONTAINERD_RESTART_DELAY),
+            sim_dir: options.sim_dir.clone(),
+            pod_subnet: POD_SUBNET.into(),
+            host_root_dir: inside.work().join("host-root"),
         };
-        let node = PreparedNode::new(inside, &artifacts.kubelet, node_options)?;
-        // Where containerd's CRI mounts pod network namespaces (the host's /run/netns otherwise).
-        let netns = node.dirs().root.join("run-netns");
-        fs::create_dir_all(&netns).map_err(io("create", &netns))?;
-        inside.shadow(Path::new("/run/netns"), &netns)?;
-        let ipam = node.dirs().root.join("cni-ipam");
-        fs::create_dir_all(&ipam).map_err(io("create", &ipam))?;
-        let conflist = Path::new("/etc/cni/net.d/10-nvinject-test.conflist");
-        fs::write(conflist, serde_json::to_string_pretty(&cni_config(&ipam)).expect("JSON values serialise"))
-            .map_err(io("write", conflist))?;
-        let containerd = which("containerd")?;
-        let host_root = NodeHostRoot::create(&host_root_dir, node.dirs(), &options.sim_dir, &containerd)?;
+        let (node, host_root) = prepare_node(inside, artifacts, &spec)?;
         Ok(PreparedCluster { control, node, host_root, network })
     }
 
@@ -416,38 +521,17 @@ impl Cluster {
 
     /// Runs kubectl with `args`; its stdout, or an error with its stderr.
     pub fn kubectl_out(&self, args: &[&str]) -> Result<String, KubeletError> {
-        let out = process::output(self.kubectl().args(args))?;
-        if !out.status.success() {
-            return Err(KubeletError::Command {
-                command: format!("kubectl {}", args.join(" ")),
-                detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        self.control.as_ref().expect("the control plane runs until shutdown").kubectl_out(args)
     }
 
     /// `kubectl get <args> -o json`, parsed.
     pub fn get_json(&self, args: &[&str]) -> Result<Value, KubeletError> {
-        let mut all = vec!["get"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["-o", "json"]);
-        let text = self.kubectl_out(&all)?;
-        serde_json::from_str(&text).map_err(|e| KubeletError::Command {
-            command: format!("kubectl {}", all.join(" ")),
-            detail: format!("not JSON: {e}"),
-        })
+        self.control.as_ref().expect("the control plane runs until shutdown").get_json(args)
     }
 
-    /// `kubectl apply -f -` with `manifest` (JSON) on stdin.
+    /// `kubectl apply -f -` with `manifest` (JSON).
     pub fn apply(&self, manifest: &Value) -> Result<String, KubeletError> {
-        let file = self
-            .node()
-            .dirs()
-            .root
-            .join(format!("applied-{}.json", manifest["metadata"]["name"].as_str().unwrap_or("object")));
-        fs::write(&file, serde_json::to_string_pretty(manifest).expect("JSON values serialise"))
-            .map_err(io("write", &file))?;
-        self.kubectl_out(&["apply", "-f", &file.to_string_lossy()])
+        self.control.as_ref().expect("the control plane runs until shutdown").apply(manifest)
     }
 
     /// The node.
@@ -603,6 +687,7 @@ mod tests {
             Path::new("/src/deploy"),
             Path::new("/w/host-root"),
             &sim(),
+            NODE_IP,
         );
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["kustomization.yaml", "installer-roots.json", "device-plugin-roots.json"]);
@@ -626,6 +711,9 @@ mod tests {
         assert_eq!(volumes[0]["hostPath"]["path"], "/w/sim/driver");
         assert_eq!(volumes[1]["hostPath"]["path"], "/w/host-root/run");
         assert_eq!(plugin["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnly"], true);
+        let env = &plugin["spec"]["template"]["spec"]["containers"][0]["env"];
+        let api = env.as_array().unwrap().iter().find(|v| v["name"] == "KUBERNETES_SERVICE_HOST").unwrap();
+        assert_eq!(api["value"], NODE_IP, "no kube-proxy here: the plugin is pointed at the API server");
     }
 
     #[test]
@@ -640,7 +728,7 @@ mod tests {
 
     #[test]
     fn the_cni_bridge_keeps_its_addresses_in_the_test_dir() {
-        let c = cni_config(Path::new("/w/ipam"));
+        let c = cni_config(Path::new("/w/ipam"), POD_SUBNET);
         let bridge = &c["plugins"][0];
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["ipMasq"], false);

@@ -46,7 +46,7 @@ pub struct ImageSpec {
 }
 
 /// The built archive.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltImage {
     /// The OCI layout tar.
     pub tar: PathBuf,

@@ -32,6 +32,9 @@ use crate::mounts::unescape_mountinfo;
 pub const TEST_ENV: &str = "NVINJECT_ISOLATED_TEST";
 /// Set in the re-run's environment to the work directory the outer side made for it.
 pub const DIR_ENV: &str = "NVINJECT_ISOLATED_DIR";
+/// Set by a process that runs a part of an isolated test in namespaces of its own (a node agent):
+/// the cgroup name that part uses, instead of its work directory's name.
+pub const CGROUP_ENV: &str = "NVINJECT_ISOLATED_CGROUP";
 /// Set (to 1) to keep the work directory after a passing run, for a look at the logs.
 pub const KEEP_ENV: &str = "NVINJECT_KEEP_WORK";
 
@@ -472,7 +475,10 @@ impl Inside {
 
     /// The cgroup name to use under each hierarchy (checked by the outer side).
     pub fn cgroup_name(&self) -> String {
-        cgroup_name_for(&self.work)
+        std::env::var(CGROUP_ENV)
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| cgroup_name_for(&self.work))
     }
 
     /// Makes `path` show `source` (a directory or file) in this mount namespace. When `path` does not

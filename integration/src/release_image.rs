@@ -136,6 +136,19 @@ fn normalize_modes(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The image's [`BINARIES`] from `bin_dir` (the hook from `hook`, built apart for its static link),
+/// copied into `dir` without their debug info (`strip --strip-debug`, what the release profile's
+/// `strip = "debuginfo"` does): debug binaries whole weigh about 220 MiB, and the installer, which
+/// holds them in memory, would overrun deploy/'s 256 MiB limit. Returns `dir`.
+pub fn stripped_copies(bin_dir: &Path, hook: &Path, dir: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(dir).map_err(io("create", dir))?;
+    for name in BINARIES {
+        let source = if name == "nvinject-hook" { hook.to_path_buf() } else { bin_dir.join(name) };
+        process::run(Command::new("strip").arg("--strip-debug").arg("-o").arg(dir.join(name)).arg(&source))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
 /// The directory of this workspace build's installer, with the device plugin, `nvinject-cdi` and
 /// the shim beside it (cargo builds them side by side; a build where they are not is refused),
 /// found or built through [`nvinject_simnode::artifacts`]: the `bin_dir` tests pack.

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nvinject_integration::cluster::fleet::{API_ADDRESS, Fleet, JoinSpec};
 use nvinject_integration::cluster::{
     self, CONTAINERD_RESTART_DELAY, Cluster, ClusterArtifacts, ClusterOptions, GPU_NODE_LABEL,
     PreparedCluster, SimRoots, condition, test_overlay,
@@ -84,14 +85,45 @@ impl Binaries {
     }
 }
 
-/// The image's five binaries, copied into `dir` without their debug info (`strip --strip-debug`).
-fn stripped_binaries(bins: &Binaries, dir: &Path) -> PathBuf {
-    fs::create_dir_all(dir).unwrap();
-    for name in release_image::BINARIES {
-        let source = if name == "nvinject-hook" { bins.hook.clone() } else { bins.bin_dir.join(name) };
-        run(Command::new("strip").arg("--strip-debug").arg("-o").arg(dir.join(name)).arg(&source));
-    }
-    dir.to_path_buf()
+/// nvinject's image under the name deploy/ uses, from this build's debug binaries with their debug
+/// info stripped (`release_image::stripped_copies`), and the gpu-smoke image carrying `nvidia_smi`,
+/// the simulated driver's.
+fn images(
+    bins: &Binaries,
+    image_name: &str,
+    work: &Path,
+    nvidia_smi: &Path,
+) -> (release_image::ReleaseImage, image::BuiltImage) {
+    let t = Instant::now();
+    let bin_dir = release_image::stripped_copies(&bins.bin_dir, &bins.hook, &work.join("image-bin"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let release = release_image::build(
+        &ReleaseInputs {
+            name: image_name.to_owned(),
+            bin_dir: bin_dir.clone(),
+            hook: bin_dir.join("nvinject-hook"),
+        },
+        &work.join("nvinject-image.tar"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
+        release.image.name,
+        release.digest,
+        release.size as f64 / 1048576.0,
+        t.elapsed()
+    );
+    let smoke = image::build(
+        &ImageSpec {
+            name: SMOKE_IMAGE.into(),
+            programs: vec![nvidia_smi.to_path_buf()],
+            cmd: vec!["nvidia-smi".into()],
+            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        },
+        &work.join("gpu-smoke.tar"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (release, smoke)
 }
 
 /// A cluster ready to start: the simulated node, nvinject's image, and the overlay of deploy/.
@@ -115,50 +147,14 @@ fn stage(
     let work = inside.work();
     let sim_dir = work.join("sim");
     run(Command::new(&bins.simnode).args(["build", "--preset", preset, "--out"]).arg(&sim_dir));
-    let sim = SimRoots {
-        driver_root: sim_dir.join("driver"),
-        dev_root: sim_dir.join("host"),
-        proc_root: sim_dir.join("host/proc"),
-        sys_root: sim_dir.join("host/sys"),
-        dir: sim_dir.clone(),
-    };
-    // nvinject's image from this build's debug binaries with their debug info stripped (as the
-    // release profile strips it): unstripped, the five weigh about 220 MiB, and the installer, which
-    // holds them in memory, overruns deploy/'s 256 MiB limit.
-    let t = Instant::now();
-    let bin_dir = stripped_binaries(bins, &work.join("image-bin"));
-    let release = release_image::build(
-        &ReleaseInputs {
-            name: image_name.to_owned(),
-            bin_dir: bin_dir.clone(),
-            hook: bin_dir.join("nvinject-hook"),
-        },
-        &work.join("nvinject-image.tar"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    println!(
-        "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
-        release.image.name,
-        release.digest,
-        release.size as f64 / 1048576.0,
-        t.elapsed()
-    );
-    let smoke = image::build(
-        &ImageSpec {
-            name: SMOKE_IMAGE.into(),
-            programs: vec![sim.driver_root.join("usr/bin/nvidia-smi")],
-            cmd: vec!["nvidia-smi".into()],
-            env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
-        },
-        &work.join("gpu-smoke.tar"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let sim = SimRoots::of(&sim_dir);
+    let (release, smoke) = images(bins, image_name, work, &sim.driver_root.join("usr/bin/nvidia-smi"));
     let options =
         ClusterOptions { node_name: NODE.into(), images: vec![release.image.clone(), smoke], sim_dir };
     let prepared = PreparedCluster::new(inside, artifacts, options).unwrap_or_else(|e| panic!("{e}"));
     let overlay = work.join("overlay");
     fs::create_dir_all(&overlay).unwrap();
-    for (file, text) in test_overlay(&overlay, deploy, prepared.host_root(), &sim) {
+    for (file, text) in test_overlay(&overlay, deploy, prepared.host_root(), &sim, cluster::NODE_IP) {
         fs::write(overlay.join(file), text).unwrap();
     }
     Staged { sim, release, prepared, overlay }
@@ -340,6 +336,25 @@ fn host_root_tree(root: &Path, sim: &Path) -> Vec<String> {
     out
 }
 
+/// The annotation listing the labels nvinject set on a Node.
+const MANAGED_LABELS: &str = "nvinject.io/managed-labels";
+
+/// Waits until node [`NODE`] carries every `(label, value)`; returns its `nvidia.com/` labels.
+fn wait_labels(cluster: &mut Cluster, expected: &[(&str, String)]) -> serde_json::Map<String, Value> {
+    wait("the GPU labels on the Node object", Duration::from_secs(120), cluster, |c| {
+        let node = c.get_json(&["node", NODE]).ok()?;
+        let labels = node["metadata"]["labels"].as_object()?.clone();
+        let all = expected.iter().all(|(k, v)| labels.get(*k).and_then(Value::as_str) == Some(v.as_str()));
+        all.then(|| labels.into_iter().filter(|(k, _)| k.starts_with("nvidia.com/")).collect())
+    })
+}
+
+/// A command's stdout, whatever its exit status (`kubectl auth can-i` exits 1 for "no").
+fn process_output(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn gpu_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.starts_with("GPU ")).collect()
 }
@@ -477,6 +492,60 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         println!("node {NODE}: allocatable {GPU} = {allocatable}, {gpus_visible:.1?} after apply");
         let node = cluster.get_json(&["node", NODE]).unwrap();
         assert_eq!(condition(&node, "Ready").unwrap()["status"], "True");
+
+        // The GPU labels on the Node object, with NVIDIA's GPU feature discovery names and values,
+        // set by the plugin through the API with a role that allows nothing but reading and
+        // patching nodes.
+        let description: Value =
+            serde_json::from_str(&fs::read_to_string(sim_dir.join("node.json")).unwrap()).unwrap();
+        let gpu0 = &description["gpus"][0];
+        let driver = description["driver"]["version"].as_str().unwrap().to_owned();
+        let mut driver_parts = driver.split('.');
+        let cuda = description["driver"]["cuda_version"].as_u64().unwrap();
+        let expected = [
+            ("nvidia.com/gpu.present", "true".to_owned()),
+            ("nvidia.com/gpu.product", gpu0["name"].as_str().unwrap().replace(' ', "-")),
+            ("nvidia.com/gpu.count", "8".to_owned()),
+            ("nvidia.com/gpu.memory", gpu0["memory_mib"].to_string()),
+            ("nvidia.com/gpu.compute.major", gpu0["compute_capability"][0].to_string()),
+            ("nvidia.com/gpu.compute.minor", gpu0["compute_capability"][1].to_string()),
+            ("nvidia.com/gpu.family", gpu0["architecture"].as_str().unwrap().to_owned()),
+            ("nvidia.com/cuda.driver.major", driver_parts.next().unwrap().to_owned()),
+            ("nvidia.com/cuda.driver.minor", driver_parts.next().unwrap().to_owned()),
+            ("nvidia.com/cuda.driver.rev", driver_parts.next().unwrap().to_owned()),
+            ("nvidia.com/cuda.runtime.major", (cuda / 1000).to_string()),
+            ("nvidia.com/cuda.runtime.minor", (cuda % 1000 / 10).to_string()),
+            ("nvidia.com/mig.strategy", "none".to_owned()),
+            ("nvidia.com/gpu.replicas", "1".to_owned()),
+            ("nvidia.com/gpu.sharing-strategy", "none".to_owned()),
+        ];
+        let t = Instant::now();
+        let labels = wait_labels(&mut cluster, &expected);
+        println!(
+            "GPU labels on the Node object {:.1?} after allocatable: {} nvidia.com labels",
+            t.elapsed(),
+            labels.len()
+        );
+        let node = cluster.get_json(&["node", NODE]).unwrap();
+        let managed = node["metadata"]["annotations"][MANAGED_LABELS].as_str().unwrap_or_default().to_owned();
+        for (key, _) in &expected[1..] {
+            assert!(managed.split(',').any(|k| k == *key), "{key} is recorded as nvinject's: {managed}");
+        }
+        assert!(!managed.contains("gpu.present"), "gpu.present came with the node and stays: {managed}");
+        let plugin_sa = format!("system:serviceaccount:{NAMESPACE}:nvinject-device-plugin");
+        let installer_sa = format!("system:serviceaccount:{NAMESPACE}:nvinject-installer");
+        for (who, verb, resource, allowed) in [
+            (&plugin_sa, "patch", "nodes", "yes"),
+            (&plugin_sa, "get", "nodes", "yes"),
+            (&plugin_sa, "delete", "nodes", "no"),
+            (&plugin_sa, "update", "nodes/status", "no"),
+            (&plugin_sa, "get", "pods", "no"),
+            (&plugin_sa, "get", "secrets", "no"),
+            (&installer_sa, "patch", "nodes", "no"),
+        ] {
+            let out = process_output(cluster.kubectl().args(["auth", "can-i", verb, resource, "--as", who]));
+            assert_eq!(out.trim(), allowed, "{who} {verb} {resource}");
+        }
 
         // gpu-smoke: exactly the GPU the plugin allocated, through our shim.
         let one = run_smoke(&mut cluster, "gpu-smoke", Some(1));
@@ -625,12 +694,51 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
             "time-slicing: allocatable {GPU} 8 -> 32 in {sliced:.1?}, same node, plugin restarted in place"
         );
         let shared = run_smoke(&mut cluster, "gpu-smoke-shared", Some(1));
+        let product = format!("{}-SHARED", expected[1].1);
+        wait_labels(
+            &mut cluster,
+            &[
+                ("nvidia.com/gpu.replicas", "4".to_owned()),
+                ("nvidia.com/gpu.product", product),
+                ("nvidia.com/gpu.sharing-strategy", "time-slicing".to_owned()),
+            ],
+        );
         assert_eq!(shared.phase, "Succeeded", "{}", shared.log);
         assert_eq!(shared.gpus.len(), 1, "{:?}", shared.gpus);
         let (gpu, replica) = shared.gpus[0].split_once("::").expect("a replica id, GPU::n");
         assert!(replica.parse::<u32>().is_ok_and(|r| r < 4), "replica {replica} of 4");
         let listed = gpu_lines(&shared.log);
         assert!(listed.len() == 1 && listed[0].contains(gpu), "the replica's GPU {gpu}: {}", shared.log);
+
+        // The driver goes away (its NVML library gone from the driver root): the plugin, restarted,
+        // cannot start and removes every label it set from the Node object; `gpu.present`, which
+        // came with the node, stays, and so do the DaemonSets.
+        let t = Instant::now();
+        let nvml = sim.driver_root.join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+        let hidden = sim.driver_root.join("usr/lib/x86_64-linux-gnu/.libnvidia-ml.so.1.gone");
+        fs::rename(&nvml, &hidden).unwrap();
+        cluster
+            .kubectl_out(&["delete", "pods", "-n", NAMESPACE, "-l", plugin_selector, "--wait=true"])
+            .unwrap();
+        let left =
+            wait("nvinject's labels to leave the Node object", Duration::from_secs(120), &mut cluster, |c| {
+                let node = c.get_json(&["node", NODE]).ok()?;
+                let labels = node["metadata"]["labels"].as_object()?.clone();
+                let ours = labels
+                    .keys()
+                    .filter(|k| k.starts_with("nvidia.com/") && *k != "nvidia.com/gpu.present")
+                    .count();
+                (ours == 0).then_some(labels)
+            });
+        assert_eq!(left["nvidia.com/gpu.present"], "true", "{left:?}");
+        let node = cluster.get_json(&["node", NODE]).unwrap();
+        assert!(node["metadata"]["annotations"].get(MANAGED_LABELS).is_none(), "{}", node["metadata"]);
+        steps.push(("driver gone -> labels removed", t.elapsed()));
+        fs::rename(&hidden, &nvml).unwrap();
+        println!(
+            "driver gone: nvinject's labels removed from the Node in {:.1?}, gpu.present kept",
+            t.elapsed()
+        );
 
         // Deleting the installer DaemonSet restores the node: its pod uninstalls on SIGTERM, restarts
         // containerd once more, and goes; the config is byte-identical and nothing of nvinject is left.
@@ -712,32 +820,10 @@ fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
             serde_json::from_str(&fs::read_to_string(sim.dir.join("node.json")).unwrap()).unwrap();
         let uuid = |i: usize| description["gpus"][i]["uuid"].as_str().unwrap().to_owned();
         // The operator's own patch: deploy/'s plugin config with the MIG strategy changed.
-        let base_config: Value = {
-            let text = fs::read_to_string(deploy.join("device-plugin-config.yaml")).unwrap();
-            let config = text.split("config.yaml: |\n").nth(1).expect("deploy/'s plugin config");
-            let body: String = config
-                .lines()
-                .take_while(|l| l.starts_with("    ") || l.is_empty())
-                .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
-                .collect();
-            json!(body)
-        };
-        let mixed = base_config.as_str().unwrap().replace("migStrategy: none", "migStrategy: mixed");
-        assert!(
-            mixed.contains("migStrategy: mixed"),
-            "deploy/'s config names the MIG strategy: {base_config}"
-        );
-        let patch = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": { "name": "nvinject-device-plugin", "namespace": NAMESPACE },
-            "data": { "config.yaml": mixed },
-        });
-        fs::write(overlay.join("mig-mixed.json"), serde_json::to_string_pretty(&patch).unwrap()).unwrap();
-        let kustomization = overlay.join("kustomization.yaml");
-        let text = fs::read_to_string(&kustomization).unwrap();
-        fs::write(&kustomization, format!("{text}- mig-mixed.json\n")).unwrap();
-
+        cluster::patch_plugin_config(&overlay, &deploy, |c| {
+            c.replace("migStrategy: none", "migStrategy: mixed")
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut cluster = prepared.start().unwrap_or_else(|e| panic!("{e}"));
         println!("bring-up: control plane and a100-mig node Ready in {:.1?}", started.elapsed());
         let t = Instant::now();
@@ -780,6 +866,269 @@ fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
         let stopped = cluster.stop().unwrap_or_else(|e| panic!("{e}"));
         let report = stopped.finish().unwrap_or_else(|e| panic!("{e}"));
         assert!(report.node.killed_in_cgroups.is_empty(), "{report:?}");
+        println!("whole run inside the namespaces: {:.1?}", started.elapsed());
+    });
+}
+
+/// A node the fleet test joins: its name, the simulated preset (none: no GPU) and what the API must
+/// show once it converged.
+struct FleetNode {
+    name: &'static str,
+    preset: Option<&'static str>,
+    /// `(resource, count)` in allocatable.
+    allocatable: &'static [(&'static str, &'static str)],
+}
+
+const FLEET: &[FleetNode] = &[
+    FleetNode { name: "gpu-h100", preset: Some("h100x8"), allocatable: &[(GPU, "8")] },
+    FleetNode {
+        name: "gpu-a100",
+        preset: Some("a100-mig"),
+        allocatable: &[
+            (GPU, "2"),
+            ("nvidia.com/mig-1g.10gb", "9"),
+            ("nvidia.com/mig-2g.20gb", "1"),
+            ("nvidia.com/mig-3g.40gb", "1"),
+        ],
+    },
+    FleetNode { name: "gpu-l4", preset: Some("single"), allocatable: &[(GPU, "1")] },
+    FleetNode { name: "cpu-only", preset: None, allocatable: &[] },
+];
+
+/// Per node: seconds from its agent's start (its kubelet about to start) to each milestone.
+#[derive(Debug, Default, Clone)]
+struct Convergence {
+    kubelet_healthy: f64,
+    ready: f64,
+    allocatable: Option<f64>,
+    labels: Option<f64>,
+}
+
+/// Waits, on the fleet, until `probe` answers (or panics with the nvinject pods and the node's log).
+fn fleet_wait<T>(
+    what: &str,
+    timeout: Duration,
+    fleet: &mut Fleet,
+    node: &str,
+    mut probe: impl FnMut(&mut Fleet) -> Option<T>,
+) -> T {
+    kubelet::wait_for(what, timeout, Duration::from_millis(250), || {
+        fleet.control().check_running()?;
+        Ok(probe(fleet))
+    })
+    .unwrap_or_else(|e: KubeletError| {
+        panic!(
+            "{e}\npods:\n{}\nagent log of {node}:\n{}",
+            fleet.control().kubectl_out(&["get", "pods", "-A", "-o", "wide"]).unwrap_or_default(),
+            fleet.agent_log(node, 30)
+        )
+    })
+}
+
+/// Joins `spec` and waits until it converged: Ready, and for a GPU node its allocatable and its
+/// product label; returns the times from the join's start.
+fn join_and_converge(fleet: &mut Fleet, spec: &JoinSpec, want: &[(&str, &str)]) -> Convergence {
+    let joined = fleet.join(spec).unwrap_or_else(|e| panic!("{e}"));
+    let name = spec.name.clone();
+    let since = |t: Instant| t.duration_since(joined.began).as_secs_f64();
+    let mut c = Convergence { kubelet_healthy: joined.kubelet_healthy.as_secs_f64(), ..Default::default() };
+    fleet
+        .wait_ready(&name, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{e}\n{}", fleet.agent_log(&name, 30)));
+    c.ready = joined.began.elapsed().as_secs_f64();
+    if want.is_empty() {
+        return c;
+    }
+    let (mut allocatable, mut labelled) = (None, None);
+    fleet_wait(&format!("node {name} to converge"), Duration::from_secs(240), fleet, &name, |f| {
+        let node = f.get_json(&["node", &name]).ok()?;
+        let a = &node["status"]["allocatable"];
+        if allocatable.is_none() && want.iter().all(|(r, n)| a[*r] == *n) {
+            allocatable = Some(Instant::now());
+        }
+        if labelled.is_none() && node["metadata"]["labels"].get("nvidia.com/gpu.product").is_some() {
+            labelled = Some(Instant::now());
+        }
+        (allocatable.is_some() && labelled.is_some()).then_some(())
+    });
+    c.allocatable = allocatable.map(since);
+    c.labels = labelled.map(since);
+    c
+}
+
+/// Runs a gpu-smoke pod on the fleet (`extra` merged into its spec) and returns its node and log.
+fn fleet_smoke(fleet: &mut Fleet, name: &str, resource: &str, count: u32, extra: Value) -> (String, String) {
+    let mut pod = smoke_pod_of(name, resource, Some(count));
+    for (k, v) in extra.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    fleet.control().apply(&pod).unwrap_or_else(|e| panic!("{e}"));
+    let done = fleet_wait(&format!("pod {name} to complete"), Duration::from_secs(120), fleet, "", |f| {
+        let p = f.get_json(&["pod", name]).ok()?;
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(p)
+    });
+    let log = fleet.control().kubectl_out(&["logs", name]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done["status"]["phase"], "Succeeded", "pod {name}: {log}");
+    (done["spec"]["nodeName"].as_str().unwrap_or_default().to_owned(), log)
+}
+
+/// Issue 15: one control plane and four nodes, each its own kubelet and containerd in namespaces of
+/// its own (an agent process per node): h100x8, a100-mig (`migStrategy: mixed`), a single L4, and
+/// one without GPUs. deploy/ is applied first; the nodes join one after another, the GPU nodes with
+/// the label their node pool gives them (`nvidia.com/gpu.present=true`), and converge with no
+/// step: installer done, plugin registered, allocatable and the GPU labels on each Node object.
+/// Then placement by label and by resource, an XID taking a GPU out of the API's allocatable and
+/// the scheduler going elsewhere, and a node removed and joined again.
+#[test]
+fn gpu_nodes_join_one_after_another_and_converge_with_zero_steps() {
+    const NAME: &str = "gpu_nodes_join_one_after_another_and_converge_with_zero_steps";
+    let artifacts = artifacts();
+    let bins = Binaries::find();
+    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    isolated(NAME, RUN_LIMIT, |inside| {
+        let started = Instant::now();
+        let work = inside.work();
+        // Each agent builds its node's simulated GPUs where the DaemonSets look for them; this
+        // one only lends the gpu-smoke image its nvidia-smi.
+        let smoke_sim = work.join("smoke-sim");
+        run(Command::new(&bins.simnode).args(["build", "--preset", "single", "--out"]).arg(&smoke_sim));
+        let (release, smoke) = images(&bins, &image_name, work, &smoke_sim.join("driver/usr/bin/nvidia-smi"));
+
+        let mut fleet = Fleet::start(inside, &artifacts).unwrap_or_else(|e| panic!("{e}"));
+        let sim = SimRoots::of(fleet.shared_sim_dir());
+        let overlay = work.join("overlay");
+        fs::create_dir_all(&overlay).unwrap();
+        for (file, text) in test_overlay(&overlay, &deploy, fleet.shared_host_root(), &sim, API_ADDRESS) {
+            fs::write(overlay.join(file), text).unwrap();
+        }
+        cluster::patch_plugin_config(&overlay, &deploy, |c| {
+            c.replace("migStrategy: none", "migStrategy: mixed")
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        // deploy/ first: the nodes that join find their DaemonSets waiting.
+        let applied = fleet.control().kubectl_out(&["apply", "-k", &overlay.to_string_lossy()]);
+        applied.unwrap_or_else(|e| panic!("{e}"));
+        println!("control plane up and deploy/ applied in {:.1?}", started.elapsed());
+
+        let join = |n: &FleetNode| JoinSpec {
+            name: n.name.into(),
+            labels: if n.preset.is_some() {
+                vec![(GPU_NODE_LABEL.0.into(), GPU_NODE_LABEL.1.into())]
+            } else {
+                Vec::new()
+            },
+            images: vec![release.image.clone(), smoke.clone()],
+            preset: n.preset.map(str::to_owned),
+            simnode: bins.simnode.clone(),
+        };
+        let mut times = Vec::new();
+        for n in FLEET {
+            let c = join_and_converge(&mut fleet, &join(n), n.allocatable);
+            println!("node {} joined: {c:?}", n.name);
+            times.push((n.name, c));
+        }
+
+        // Every GPU node: the installer done (its pod ready), the plugin registered (allocatable),
+        // the labels of its own GPUs; the node without GPUs: no nvinject pod, no nvidia.com label.
+        let pods = fleet.get_json(&["pods", "-n", NAMESPACE]).unwrap();
+        let on = |node: &str| -> Vec<String> {
+            pods["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["spec"]["nodeName"] == node)
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        for n in FLEET {
+            let node = fleet.get_json(&["node", n.name]).unwrap();
+            let labels = node["metadata"]["labels"].as_object().unwrap();
+            let ours: Vec<&String> = labels.keys().filter(|k| k.starts_with("nvidia.com/")).collect();
+            if n.preset.is_none() {
+                assert!(on(n.name).is_empty(), "no nvinject pod on {}: {:?}", n.name, on(n.name));
+                assert!(ours.is_empty(), "no GPU label on {}: {ours:?}", n.name);
+                continue;
+            }
+            assert_eq!(on(n.name).len(), 2, "installer and plugin on {}: {:?}", n.name, on(n.name));
+            let sim = fleet.sim_dir(n.name).unwrap();
+            let description: Value =
+                serde_json::from_str(&fs::read_to_string(sim.join("node.json")).unwrap()).unwrap();
+            let product = description["gpus"][0]["name"].as_str().unwrap().replace(' ', "-");
+            assert_eq!(labels["nvidia.com/gpu.product"], product.as_str(), "{}", n.name);
+            assert_eq!(labels["nvidia.com/mig.strategy"], "mixed", "{}", n.name);
+            for (resource, count) in n.allocatable {
+                let key = format!("{}.count", resource.trim_start_matches("nvidia.com/"));
+                assert_eq!(labels[&format!("nvidia.com/{key}")], *count, "{} {key}", n.name);
+            }
+        }
+        let a100_product =
+            fleet.get_json(&["node", "gpu-a100"]).unwrap()["metadata"]["labels"]["nvidia.com/gpu.product"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+
+        // Placement: by the product label, by a MIG name, by a count only one node has.
+        let by_label = json!({ "nodeSelector": { "nvidia.com/gpu.product": a100_product } });
+        let (node, log) = fleet_smoke(&mut fleet, "wants-an-a100", GPU, 1, by_label);
+        assert_eq!(node, "gpu-a100");
+        assert!(gpu_lines(&log).len() == 1 && log.contains("A100"), "it sees an A100: {log}");
+        let (node, log) = fleet_smoke(&mut fleet, "wants-a-slice", "nvidia.com/mig-1g.10gb", 1, json!({}));
+        assert_eq!(node, "gpu-a100");
+        assert!(log.contains("MIG 1g.10gb"), "{log}");
+        let (node, log) = fleet_smoke(&mut fleet, "wants-eight", GPU, 8, json!({}));
+        assert_eq!(node, "gpu-h100");
+        assert_eq!(gpu_lines(&log).len(), 8, "{log}");
+
+        // An XID on the L4 node's only GPU: its allocatable drops by one in the API, and a pod that
+        // prefers that node goes elsewhere.
+        let l4 = FLEET.iter().position(|n| n.name == "gpu-l4").unwrap();
+        let t = Instant::now();
+        fleet.xid("gpu-l4", 0, 79).unwrap_or_else(|e| panic!("{e}"));
+        fleet_wait(
+            "gpu-l4's allocatable to drop to 0",
+            Duration::from_secs(120),
+            &mut fleet,
+            "gpu-l4",
+            |f| {
+                let node = f.get_json(&["node", "gpu-l4"]).ok()?;
+                (node["status"]["allocatable"][GPU] == "0").then_some(())
+            },
+        );
+        println!("XID 79 on gpu-l4: allocatable 1 -> 0 in the API in {:.1?}", t.elapsed());
+        let prefer_l4 = json!({ "affinity": { "nodeAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [
+            { "weight": 100, "preference": { "matchExpressions": [
+                { "key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-l4"] } ] } } ] } } });
+        let (node, _) = fleet_smoke(&mut fleet, "prefers-the-l4", GPU, 1, prefer_l4);
+        assert_ne!(node, "gpu-l4", "the unhealthy GPU is not offered");
+
+        // The L4 node leaves (kubelet stopped, Node deleted) and joins again with a healthy GPU.
+        let t = Instant::now();
+        let report = fleet.leave("gpu-l4").unwrap_or_else(|e| panic!("{e}"));
+        fleet.control().kubectl_out(&["delete", "node", "gpu-l4"]).unwrap();
+        assert_eq!(report["killed_in_cgroups"], json!([]), "{report}");
+        let again = join_and_converge(&mut fleet, &join(&FLEET[l4]), FLEET[l4].allocatable);
+        println!("gpu-l4 removed and joined again in {:.1?}: {again:?}", t.elapsed());
+        times.push(("gpu-l4 (again)", again));
+
+        println!("join -> milestone, seconds:");
+        println!("  {:<16} {:>8} {:>8} {:>12} {:>8}", "node", "kubelet", "Ready", "allocatable", "labels");
+        for (name, c) in &times {
+            let opt = |v: Option<f64>| v.map_or("-".to_owned(), |s| format!("{s:.1}"));
+            println!(
+                "  {name:<16} {:>8.1} {:>8.1} {:>12} {:>8}",
+                c.kubelet_healthy,
+                c.ready,
+                opt(c.allocatable),
+                opt(c.labels)
+            );
+        }
+        println!("human steps per node after its kubelet starts: 0");
+        let reports = fleet.stop().unwrap_or_else(|e| panic!("{e}"));
+        for r in &reports {
+            assert_eq!(r["killed_in_cgroups"], json!([]), "{r}");
+        }
         println!("whole run inside the namespaces: {:.1?}", started.elapsed());
     });
 }

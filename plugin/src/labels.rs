@@ -3,7 +3,8 @@
 //! The keys are the ones NVIDIA's GPU feature discovery publishes (`nvidia.com/gpu.product`,
 //! `nvidia.com/gpu.count`, `nvidia.com/mig-1g.10gb.count`, ...), so node selectors written for
 //! NVIDIA's stack keep matching. [`node_labels`] is pure; the binary writes the text atomically
-//! into NFD's `features.d` directory.
+//! into NFD's `features.d` directory, and sets the same labels on its Node object through the API
+//! ([`node_object_patch`] decides the change, `crate::node_object` sends it).
 
 use std::collections::BTreeMap;
 
@@ -94,6 +95,80 @@ pub fn render(labels: &BTreeMap<String, String>) -> String {
     labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
 }
 
+/// The Node annotation listing the labels nvinject set (comma-separated keys): a later run
+/// removes those it no longer sets, and never touches a label someone else set.
+pub const MANAGED_LABELS_ANNOTATION: &str = "nvinject.io/managed-labels";
+
+/// The label nvinject's DaemonSets select GPU nodes by. It comes with the node (kubelet
+/// `--node-labels`, a cloud GPU node pool): nvinject adds it where GPUs are found but never
+/// removes it, because removing it would take the DaemonSets, and with them the only thing that
+/// puts the labels back when the driver returns, off the node.
+pub const GPU_PRESENT_LABEL: &str = "nvidia.com/gpu.present";
+
+/// The labels for the Node object: [`node_labels`] and, with at least one GPU,
+/// [`GPU_PRESENT_LABEL`]. No GPU (or no driver): none.
+pub fn node_object_labels(inv: &Inventory, plan: &Plan, settings: &Settings) -> BTreeMap<String, String> {
+    if inv.gpus.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut l = node_labels(inv, plan, settings);
+    l.insert(GPU_PRESENT_LABEL.to_owned(), "true".to_owned());
+    l
+}
+
+/// A merge patch for the Node object, with what it changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePatch {
+    /// `{"metadata": {"labels": {...}, "annotations": {...}}}`; `null` removes a key.
+    pub body: serde_json::Value,
+    /// Labels set (new, or a new value).
+    pub set: Vec<String>,
+    /// Labels removed.
+    pub removed: Vec<String>,
+}
+
+/// The change that makes a Node with labels `current` and nvinject's annotation `managed` carry
+/// `desired` as nvinject's labels; `None` when it already does (no write at all).
+pub fn node_object_patch(
+    desired: &BTreeMap<String, String>,
+    current: &BTreeMap<String, String>,
+    managed: Option<&str>,
+) -> Option<NodePatch> {
+    use serde_json::{Map, Value};
+    let previously: std::collections::BTreeSet<&str> =
+        managed.unwrap_or("").split(',').filter(|k| !k.is_empty()).collect();
+    let mut labels = Map::new();
+    let (mut set, mut removed) = (Vec::new(), Vec::new());
+    for (k, v) in desired {
+        if current.get(k) != Some(v) {
+            labels.insert(k.clone(), Value::String(v.clone()));
+            set.push(k.clone());
+        }
+    }
+    for k in previously {
+        if !desired.contains_key(k) && current.contains_key(k) && k != GPU_PRESENT_LABEL {
+            labels.insert(k.to_owned(), Value::Null);
+            removed.push(k.to_owned());
+        }
+    }
+    let now_managed: Vec<&str> =
+        desired.keys().map(String::as_str).filter(|k| *k != GPU_PRESENT_LABEL).collect();
+    let now_managed = now_managed.join(",");
+    let annotation_changes = managed.unwrap_or("") != now_managed;
+    if labels.is_empty() && !annotation_changes {
+        return None;
+    }
+    let mut metadata = Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if annotation_changes {
+        let value = if now_managed.is_empty() { Value::Null } else { Value::String(now_managed) };
+        metadata.insert("annotations".into(), serde_json::json!({ MANAGED_LABELS_ANNOTATION: value }));
+    }
+    Some(NodePatch { body: serde_json::json!({ "metadata": metadata }), set, removed })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +234,92 @@ mod tests {
         assert_eq!(label_value("NVIDIA H100 80GB HBM3"), "NVIDIA-H100-80GB-HBM3");
         assert_eq!(label_value(" (x) "), "x");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_first_publication_sets_every_label_and_records_them_but_not_gpu_present() {
+        let desired = map(&[
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/gpu.present", "true"),
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+        ]);
+        let current = map(&[("kubernetes.io/hostname", "n1"), ("nvidia.com/gpu.present", "true")]);
+        let p = node_object_patch(&desired, &current, None).unwrap();
+        assert_eq!(p.set, ["nvidia.com/gpu.count", "nvidia.com/gpu.product"]);
+        assert!(p.removed.is_empty());
+        assert_eq!(
+            p.body,
+            serde_json::json!({ "metadata": {
+                "labels": { "nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3" },
+                "annotations": { MANAGED_LABELS_ANNOTATION: "nvidia.com/gpu.count,nvidia.com/gpu.product" },
+            }})
+        );
+    }
+
+    #[test]
+    fn nothing_is_written_when_the_node_already_carries_the_labels() {
+        let desired = map(&[("nvidia.com/gpu.count", "8"), ("nvidia.com/gpu.present", "true")]);
+        let current = map(&[("nvidia.com/gpu.count", "8"), ("nvidia.com/gpu.present", "true")]);
+        assert_eq!(node_object_patch(&desired, &current, Some("nvidia.com/gpu.count")), None);
+    }
+
+    #[test]
+    fn labels_no_longer_true_are_removed_and_others_labels_never_touched() {
+        // Time-slicing turned off and a MIG profile gone; an operator's own nvidia.com label stays.
+        let desired = map(&[("nvidia.com/gpu.count", "8"), ("nvidia.com/gpu.replicas", "1")]);
+        let current = map(&[
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/gpu.replicas", "4"),
+            ("nvidia.com/mig-1g.10gb.count", "7"),
+            ("nvidia.com/team", "vision"),
+        ]);
+        let managed = "nvidia.com/gpu.count,nvidia.com/gpu.replicas,nvidia.com/mig-1g.10gb.count";
+        let p = node_object_patch(&desired, &current, Some(managed)).unwrap();
+        assert_eq!(p.set, ["nvidia.com/gpu.replicas"]);
+        assert_eq!(p.removed, ["nvidia.com/mig-1g.10gb.count"]);
+        let labels = &p.body["metadata"]["labels"];
+        assert_eq!(labels["nvidia.com/mig-1g.10gb.count"], serde_json::Value::Null);
+        assert!(labels.get("nvidia.com/team").is_none(), "not ours: {labels}");
+        assert_eq!(
+            p.body["metadata"]["annotations"][MANAGED_LABELS_ANNOTATION],
+            "nvidia.com/gpu.count,nvidia.com/gpu.replicas"
+        );
+    }
+
+    #[test]
+    fn when_the_gpus_go_every_label_of_ours_goes_but_gpu_present_stays() {
+        let current = map(&[
+            ("nvidia.com/gpu.count", "1"),
+            ("nvidia.com/gpu.present", "true"),
+            ("nvidia.com/gpu.product", "NVIDIA-L4"),
+        ]);
+        let p = node_object_patch(
+            &BTreeMap::new(),
+            &current,
+            Some("nvidia.com/gpu.count,nvidia.com/gpu.product"),
+        )
+        .unwrap();
+        assert_eq!(p.removed, ["nvidia.com/gpu.count", "nvidia.com/gpu.product"]);
+        assert!(p.body["metadata"]["labels"].get(GPU_PRESENT_LABEL).is_none());
+        assert_eq!(p.body["metadata"]["annotations"][MANAGED_LABELS_ANNOTATION], serde_json::Value::Null);
+        // And a node that never had any: nothing to do.
+        assert_eq!(node_object_patch(&BTreeMap::new(), &map(&[("a", "b")]), None), None);
+    }
+
+    #[test]
+    fn the_node_object_gets_gpu_present_only_with_gpus() {
+        let inv = inventory(vec![gpu(0, 0, &[])], &[]);
+        let s = settings();
+        let p = plan(&inv, &s, &HostFacts::default()).unwrap();
+        let l = node_object_labels(&inv, &p, &s);
+        assert_eq!(l[GPU_PRESENT_LABEL], "true");
+        assert_eq!(l["nvidia.com/gpu.count"], "1");
+        let none = inventory(vec![], &[]);
+        let p = plan(&none, &s, &HostFacts::default()).unwrap();
+        assert!(node_object_labels(&none, &p, &s).is_empty());
     }
 }

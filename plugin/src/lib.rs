@@ -10,7 +10,8 @@
 //! are small: [`events`] (NVML behind the `XidSource` trait), [`service`] (tonic handlers that
 //! translate and delegate), [`lifecycle`] (sockets, registration, re-registration), [`transport`]
 //! (unix sockets; old kubelets' `:authority` fixed by the pure `nvinject_h2_authority` crate) and
-//! [`metrics`], and [`freshness`], which keeps the CDI spec current before containerd's own CDI
+//! [`metrics`], [`node_object`] (the GPU labels on the Node object, through the API server), and
+//! [`freshness`], which keeps the CDI spec current before containerd's own CDI
 //! reads it (by running `nvinject-cdi`: this crate never writes CDI specs itself). It never
 //! touches the kubelet's state beyond its own sockets, and never panics on what the kubelet or a
 //! config file sends it.
@@ -28,6 +29,7 @@ pub mod health;
 pub mod labels;
 pub mod lifecycle;
 pub mod metrics;
+pub mod node_object;
 pub mod preferred;
 pub mod resource_name;
 pub mod resources;

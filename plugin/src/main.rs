@@ -24,6 +24,7 @@ use nvinject_device_plugin::health::{HealthSnapshot, HealthTracker, TrackedDevic
 use nvinject_device_plugin::labels;
 use nvinject_device_plugin::lifecycle::{Timing, remove_stale_sockets, run_resource};
 use nvinject_device_plugin::metrics::Metrics;
+use nvinject_device_plugin::node_object::{self, Published};
 use nvinject_device_plugin::resources::{HostFacts, Plan, plan};
 use nvinject_device_plugin::service::{ResourceContext, health_count};
 use nvinject_device_plugin::settings::{
@@ -122,6 +123,11 @@ struct Cli {
     /// How often the spec is checked between Allocates (Go duration, above 0).
     #[arg(long, env = "NVINJECT_DRIVER_WATCH_INTERVAL", default_value = "10s")]
     driver_watch_interval: GoDuration,
+    /// This node's name (the DaemonSet passes `spec.nodeName`): the GPU labels are also set on its
+    /// Node object through the API server, and removed there when the GPUs or the driver go.
+    /// Empty: no API calls (the features file only).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
     /// How often --config-file is checked for an edit (an updated ConfigMap); a new configuration
     /// that loads restarts the plugin with it, one that does not is logged and ignored (Go
     /// duration; 0 = only on SIGHUP).
@@ -281,8 +287,13 @@ fn run(cli: Cli) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (nvml, inventory, plan) = match started {
         Ok(x) => x,
-        Err(e) if settings.fail_on_init_error => return Err(e.context("start-up failed")),
+        Err(e) if settings.fail_on_init_error => {
+            // No GPU or no driver: the Node must not keep advertising what it no longer has.
+            unlabel_node(&runtime, &cli);
+            return Err(e.context("start-up failed"));
+        }
         Err(e) => {
+            unlabel_node(&runtime, &cli);
             // NVIDIA's behaviour with failOnInitError=false: stay up, serve nothing, so a node
             // without GPUs (or with a broken driver) does not crash-loop the DaemonSet.
             tracing::error!(error = format!("{e:#}"), "start-up failed; serving nothing until stopped");
@@ -294,6 +305,9 @@ fn run(cli: Cli) -> Result<()> {
         tracing::warn!(warning = w.as_str(), "resource plan");
     }
     write_labels(&settings, &inventory, &plan);
+    if let Some(node) = node_name(&cli) {
+        runtime.spawn(label_node(node, labels::node_object_labels(&inventory, &plan, &settings)));
+    }
     let freshness = spec_freshness(&cli, &settings)?;
     if let Some(ready) = cli.installer_ready_file.as_ref().filter(|p| !p.as_os_str().is_empty())
         && let Some(signal) = runtime.block_on(wait_for_installer(ready, &mut reload))?
@@ -350,6 +364,60 @@ fn finish(signal: Stop) -> Result<()> {
             tracing::info!(program = %exe.display(), "restarting");
             let err = std::process::Command::new(&exe).args(std::env::args_os().skip(1)).exec();
             Err(anyhow::Error::from(err).context(format!("cannot restart {}", exe.display())))
+        }
+    }
+}
+
+/// `--node-name`, unless empty.
+fn node_name(cli: &Cli) -> Option<String> {
+    cli.node_name.clone().filter(|n| !n.is_empty())
+}
+
+/// Sets `desired` as nvinject's labels on the Node object, retrying with backoff (the API server
+/// may be away, the RBAC not applied yet) until it succeeds; serving does not wait for it.
+async fn label_node(node: String, desired: std::collections::BTreeMap<String, String>) {
+    let mut backoff = std::time::Duration::from_secs(1);
+    loop {
+        let published = async {
+            let client = node_object::client().await?;
+            node_object::publish(&client, &node, &desired).await
+        };
+        match published.await {
+            Ok(Published::Unchanged) => {
+                tracing::info!(
+                    node,
+                    labels = desired.len(),
+                    "the Node object already carries the GPU labels"
+                );
+                return;
+            }
+            Ok(Published::Patched { set, removed }) => {
+                tracing::info!(node, set = set.len(), removed = ?removed, "GPU labels set on the Node object");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(node, error = %e, retry_in = ?backoff, "cannot label the Node object yet")
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+    }
+}
+
+/// Removes nvinject's labels from the Node object (start-up found no GPU or no driver), trying for
+/// at most 15 s so a crash-looping plugin still exits.
+fn unlabel_node(runtime: &tokio::runtime::Runtime, cli: &Cli) {
+    if let Some(node) = node_name(cli) {
+        // The timer is made inside the runtime (a tokio timer needs one).
+        let removal = runtime.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(15),
+                label_node(node.clone(), std::collections::BTreeMap::new()),
+            )
+            .await
+        });
+        if removal.is_err() {
+            tracing::error!(node, "could not remove the GPU labels from the Node object");
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct ControlPlane {
     kubectl: PathBuf,
     admin: PathBuf,
     server: String,
+    /// The cluster's CA and keys (node certificates are issued as nodes join).
+    pki: Pki,
     // Stopped in reverse: scheduler, controller-manager, API server, etcd.
     daemons: Vec<Daemon>,
 }
@@ -121,6 +123,8 @@ impl ControlPlane {
             kubectl: artifacts.kubectl.clone(),
             admin: admin.clone(),
             server,
+            // Its serial counter goes on from here; the local copy only lends paths below.
+            pki: pki.clone(),
             daemons: Vec::new(),
         };
         plane.start_etcd(artifacts, &logs, &pid_file)?;
@@ -244,6 +248,52 @@ impl ControlPlane {
         let mut cmd = Command::new(&self.kubectl);
         cmd.arg("--kubeconfig").arg(&self.admin).arg("--request-timeout=20s");
         cmd
+    }
+
+    /// Runs kubectl with `args`; its stdout, or an error with its stderr.
+    pub fn kubectl_out(&self, args: &[&str]) -> Result<String, KubeletError> {
+        let out = process::output(self.kubectl().args(args))?;
+        if !out.status.success() {
+            return Err(KubeletError::Command {
+                command: format!("kubectl {}", args.join(" ")),
+                detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl get <args> -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Result<serde_json::Value, KubeletError> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let text = self.kubectl_out(&all)?;
+        serde_json::from_str(&text).map_err(|e| KubeletError::Command {
+            command: format!("kubectl {}", all.join(" ")),
+            detail: format!("not JSON: {e}"),
+        })
+    }
+
+    /// `kubectl apply -f <file>` with `manifest` (JSON) written under the control plane's directory.
+    pub fn apply(&self, manifest: &serde_json::Value) -> Result<String, KubeletError> {
+        let dir = self.dir.join("applied");
+        std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let name = manifest["metadata"]["name"].as_str().unwrap_or("object");
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, serde_json::to_string_pretty(manifest).expect("JSON values serialise"))
+            .map_err(io("write", &file))?;
+        self.kubectl_out(&["apply", "-f", &file.to_string_lossy()])
+    }
+
+    /// A kubeconfig for the kubelet of node `name` (`system:node:<name>` in `system:nodes`).
+    pub fn node_kubeconfig(&self, name: &str) -> Result<PathBuf, KubeletError> {
+        let pair = self.pki.issue(
+            &format!("kubelet-{name}"),
+            &format!("system:node:{name}"),
+            &["system:nodes"],
+            &Usage::Client,
+        )?;
+        self.pki.kubeconfig(&format!("kubelet-{name}"), &self.server, &pair)
     }
 
     /// The API server's URL.
