@@ -50,11 +50,12 @@ pub struct ManifestArgs {
     /// Node label (KEY=VALUE) selecting GPU nodes.
     #[arg(long, default_value = "nvidia.com/gpu.present=true")]
     pub node_selector: String,
-    /// Restart mode the installer DaemonSet uses (signal, systemd, none). `signal`, NVIDIA's
-    /// default for containerd, also works where containerd is supervised by something other than a
-    /// systemd unit named `containerd` (k3s, rke2, a test node); it makes the pod use the host's PID
-    /// namespace, where the process serving containerd's socket can be found and signalled.
-    #[arg(long, value_enum, default_value = "signal")]
+    /// Restart mode the installer DaemonSet uses (auto, signal, systemd, none). `auto` restarts
+    /// through systemd where the host runs containerd's unit (it is back at once) and otherwise by
+    /// signal, NVIDIA's default for containerd, which works whatever supervises containerd (k3s,
+    /// rke2, a test node). Both signalling modes make the pod use the host's PID namespace, where
+    /// the process serving containerd's socket can be found and signalled.
+    #[arg(long, value_enum, default_value = "auto")]
     pub restart_mode: RestartMode,
     /// Write the kustomize base into this directory instead of printing one YAML stream.
     #[arg(long)]
@@ -68,7 +69,7 @@ impl Default for ManifestArgs {
             image: DEFAULT_IMAGE.into(),
             handler: "nvidia".into(),
             node_selector: "nvidia.com/gpu.present=true".into(),
-            restart_mode: RestartMode::Signal,
+            restart_mode: RestartMode::Auto,
             out_dir: None,
         }
     }
@@ -234,9 +235,9 @@ pub fn installer_daemon_set(args: &ManifestArgs) -> Result<DaemonSet> {
         priority_class_name: Some("system-node-critical".into()),
         node_selector: Some(node_selector(args)?),
         tolerations: Some(gpu_tolerations()),
-        // Signalling containerd needs its PID, which SO_PEERCRED on the socket gives only in the
-        // host's PID namespace.
-        host_pid: (args.restart_mode == RestartMode::Signal).then_some(true),
+        // Signalling containerd (`signal`, `auto`'s fallback) needs its PID, which SO_PEERCRED on
+        // the socket gives only in the host's PID namespace.
+        host_pid: matches!(args.restart_mode, RestartMode::Signal | RestartMode::Auto).then_some(true),
         // Uninstall restores containerd's config and restarts it: give it time.
         termination_grace_period_seconds: Some(120),
         containers: vec![container],
@@ -510,7 +511,8 @@ mod tests {
             let value = env.iter().find(|e| e.name == "NVINJECT_RESTART_MODE").unwrap().value.clone();
             (value.unwrap(), pod.host_pid)
         };
-        assert_eq!(restart(ManifestArgs::default().restart_mode), ("signal".into(), Some(true)));
+        assert_eq!(restart(ManifestArgs::default().restart_mode), ("auto".into(), Some(true)));
+        assert_eq!(restart(RestartMode::Signal), ("signal".into(), Some(true)));
         assert_eq!(restart(RestartMode::Systemd), ("systemd".into(), None));
         assert_eq!(restart(RestartMode::None), ("none".into(), None));
     }

@@ -35,6 +35,9 @@ pub enum Restarted {
 /// How containerd is restarted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RestartMode {
+    /// `systemd` where the host booted with systemd and the unit is active (a restart through
+    /// systemd starts containerd again at once), else `signal` (k3s, rke2, any other supervisor).
+    Auto,
     /// `systemctl restart containerd` on the host (through `chroot` when the host is mounted).
     Systemd,
     /// Send a signal (SIGHUP by default) to the process serving the socket; its supervisor
@@ -48,6 +51,7 @@ impl RestartMode {
     /// The mode's name, as `--restart-mode` and `NVINJECT_RESTART_MODE` take it.
     pub fn name(self) -> &'static str {
         match self {
+            RestartMode::Auto => "auto",
             RestartMode::Systemd => "systemd",
             RestartMode::Signal => "signal",
             RestartMode::None => "none",
@@ -96,21 +100,25 @@ impl Containerd for HostContainerd {
     }
 
     fn restart(&self) -> Result<Restarted> {
-        let mode = self.mode.name();
-        match self.mode {
+        let chosen = match self.mode {
+            RestartMode::Auto => {
+                let booted = self.host_root.locate("/run/systemd/system").is_ok_and(|p| p.is_dir());
+                let active = booted
+                    && self
+                        .systemctl(&["is-active", "--quiet", &self.unit])
+                        .is_ok_and(|o| o.status.success());
+                let chosen = choose_restart(booted, active);
+                tracing::info!(systemd_booted = booted, unit = %self.unit, unit_active = active, mode = chosen.name(), "restart mode auto");
+                chosen
+            }
+            m => m,
+        };
+        let mode = chosen.name();
+        match chosen {
             RestartMode::None => return Ok(Restarted::Skipped),
             RestartMode::Systemd => {
-                let mut cmd = if self.host_root.is_host() {
-                    Command::new(&self.systemctl)
-                } else {
-                    // The host's systemctl, talking to the host's systemd over its /run socket.
-                    let mut c = Command::new("chroot");
-                    c.arg(self.host_root.path()).arg(&self.systemctl);
-                    c
-                };
-                cmd.args(["restart", &self.unit]);
-                let out = cmd
-                    .output()
+                let out = self
+                    .systemctl(&["restart", &self.unit])
                     .map_err(|e| Error::Restart { mode, message: format!("cannot run systemctl: {e}") })?;
                 if !out.status.success() {
                     return Err(Error::Restart {
@@ -124,7 +132,8 @@ impl Containerd for HostContainerd {
                     });
                 }
             }
-            RestartMode::Signal => {
+            // `auto` has resolved to one of the others above.
+            RestartMode::Signal | RestartMode::Auto => {
                 let pid = self
                     .socket_path()
                     .map_err(|e| e.to_string())
@@ -159,7 +168,27 @@ impl Containerd for HostContainerd {
     }
 }
 
+/// What `auto` restarts with: through systemd when the host booted with it and the unit is active
+/// (systemd starts it again at once; a signal would leave containerd down for the unit's
+/// `RestartSec`, 5 s in containerd's own unit), else by signal.
+pub fn choose_restart(systemd_booted: bool, unit_active: bool) -> RestartMode {
+    if systemd_booted && unit_active { RestartMode::Systemd } else { RestartMode::Signal }
+}
+
 impl HostContainerd {
+    /// The host's `systemctl` with `args` (through `chroot` when the host is mounted), talking to
+    /// the host's systemd over its /run socket.
+    fn systemctl(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        let mut cmd = if self.host_root.is_host() {
+            Command::new(&self.systemctl)
+        } else {
+            let mut c = Command::new("chroot");
+            c.arg(self.host_root.path()).arg(&self.systemctl);
+            c
+        };
+        cmd.args(args).output()
+    }
+
     /// The socket as this process reaches it, located inside the host root
     /// ([`HostRoot::locate`]): a link in the host root cannot send the installer to a socket
     /// outside it.
@@ -245,6 +274,14 @@ pub fn version_over_socket(socket: &Path) -> std::result::Result<String, String>
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn auto_restarts_through_systemd_only_where_it_runs_the_unit() {
+        assert_eq!(choose_restart(true, true), RestartMode::Systemd);
+        assert_eq!(choose_restart(true, false), RestartMode::Signal, "k3s/rke2 on a systemd host");
+        assert_eq!(choose_restart(false, false), RestartMode::Signal);
+    }
+
     use super::*;
 
     #[test]

@@ -13,7 +13,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nvinject_integration::cluster::fleet::{API_ADDRESS, Fleet, JoinSpec};
-use nvinject_integration::cluster::{GPU_NODE_LABEL, SimRoots, cluster_artifacts, test_overlay};
+use nvinject_integration::cluster::{
+    CONTAINERD_RESTART_DELAY, GPU_NODE_LABEL, SimRoots, cluster_artifacts, test_overlay,
+};
 use nvinject_integration::namespace::isolated;
 use nvinject_integration::release_image::{self, ReleaseInputs};
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
@@ -34,8 +36,17 @@ fn sizes() -> Vec<usize> {
     spec.split(',').filter_map(|s| s.trim().parse().ok()).filter(|n| *n > 0).collect()
 }
 
+/// The containerd restart delay (`NVINJECT_FLEET_RESTART_DELAY_S`): 5 s as containerd's systemd unit
+/// after the installer's default signal restart; 0 for a restart through systemd (`--restart-mode
+/// systemd`), which starts it again at once.
+fn restart_delay() -> Duration {
+    let s = std::env::var("NVINJECT_FLEET_RESTART_DELAY_S").ok().and_then(|v| v.parse::<f64>().ok());
+    s.map_or(CONTAINERD_RESTART_DELAY, Duration::from_secs_f64)
+}
+
 fn main() {
     let sizes = sizes();
+    let restart_delay = restart_delay();
     let artifacts = cluster_artifacts().unwrap_or_else(|e| panic!("{e}"));
     let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
     let installer = bin_dir.join("nvinject-installer");
@@ -82,6 +93,7 @@ fn main() {
                         images: vec![release.image.clone()],
                         preset: Some("h100x8".into()),
                         simnode: simnode.clone(),
+                        containerd_restart_after: restart_delay,
                     })
                     .unwrap_or_else(|e| panic!("{e}"));
                 let healthy = joined.began + joined.kubelet_healthy;

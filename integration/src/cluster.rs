@@ -410,6 +410,9 @@ pub struct NodeSpec {
     pub pod_subnet: String,
     /// Where its host root is made.
     pub host_root_dir: PathBuf,
+    /// How long after an exit its containerd is started again ([`CONTAINERD_RESTART_DELAY`], the
+    /// systemd unit's; zero stands for an installer that restarts it through systemd).
+    pub containerd_restart_after: Duration,
 }
 
 /// Lays out a node in this mount namespace: its directories and shadows (containerd's supervised by a
@@ -432,7 +435,7 @@ pub fn prepare_node(
             node_ip: spec.address.clone(),
             node_labels: spec.labels.clone(),
         }),
-        containerd_restart_after: Some(CONTAINERD_RESTART_DELAY),
+        containerd_restart_after: Some(spec.containerd_restart_after),
     };
     let node = PreparedNode::new(inside, &artifacts.kubelet, node_options)?;
     // Where containerd's CRI mounts pod network namespaces (the host's /run/netns otherwise).
@@ -470,6 +473,7 @@ impl PreparedCluster {
             sim_dir: options.sim_dir.clone(),
             pod_subnet: POD_SUBNET.into(),
             host_root_dir: inside.work().join("host-root"),
+            containerd_restart_after: CONTAINERD_RESTART_DELAY,
         };
         let (node, host_root) = prepare_node(inside, artifacts, &spec)?;
         Ok(PreparedCluster { control, node, host_root, network })

@@ -1022,6 +1022,7 @@ fn gpu_nodes_join_one_after_another_and_converge_with_zero_steps() {
             images: vec![release.image.clone(), smoke.clone()],
             preset: n.preset.map(str::to_owned),
             simnode: bins.simnode.clone(),
+            containerd_restart_after: CONTAINERD_RESTART_DELAY,
         };
         let mut times = Vec::new();
         for n in FLEET {

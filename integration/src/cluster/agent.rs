@@ -15,7 +15,7 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -61,6 +61,8 @@ pub struct AgentSpec {
     pub shared_host_root: PathBuf,
     /// Its pods' subnet.
     pub pod_subnet: String,
+    /// How long after an exit its containerd is started again.
+    pub containerd_restart_after: Duration,
 }
 
 impl AgentSpec {
@@ -76,6 +78,7 @@ impl AgentSpec {
             "shared_sim_dir": self.shared_sim_dir,
             "host_root_dir": self.host_root_dir, "shared_host_root": self.shared_host_root,
             "pod_subnet": self.pod_subnet,
+            "containerd_restart_after_ms": self.containerd_restart_after.as_millis() as u64,
         })
     }
 
@@ -125,6 +128,11 @@ impl AgentSpec {
             host_root_dir: p("host_root_dir")?,
             shared_host_root: p("shared_host_root")?,
             pod_subnet: s("pod_subnet")?,
+            containerd_restart_after: Duration::from_millis(
+                v["containerd_restart_after_ms"]
+                    .as_u64()
+                    .ok_or("field `containerd_restart_after_ms`: milliseconds")?,
+            ),
         })
     }
 
@@ -217,6 +225,7 @@ pub fn run(spec_file: &Path) -> Result<(), String> {
         sim_dir: spec.shared_sim_dir.clone(),
         pod_subnet: spec.pod_subnet.clone(),
         host_root_dir: spec.shared_host_root.clone(),
+        containerd_restart_after: spec.containerd_restart_after,
     };
     let (prepared, mut host_root) =
         prepare_node(&inside, &artifacts, &node_spec).map_err(|e| e.to_string())?;
@@ -282,6 +291,7 @@ mod tests {
             host_root_dir: "/w/nodes/gpu-a/host-root".into(),
             shared_host_root: "/w/host-root".into(),
             pod_subnet: "10.88.11.0/24".into(),
+            containerd_restart_after: Duration::from_secs(5),
         };
         assert_eq!(AgentSpec::from_json(&spec.to_json()).unwrap(), spec);
         assert_eq!(spec.parent_link(), "nvi-node11");

@@ -51,6 +51,9 @@ pub struct JoinSpec {
     pub preset: Option<String>,
     /// `nvinject-simnode`.
     pub simnode: PathBuf,
+    /// How long after an exit its containerd is started again (`super::CONTAINERD_RESTART_DELAY`
+    /// models containerd's systemd unit).
+    pub containerd_restart_after: Duration,
 }
 
 /// A node agent and what it reported.
@@ -166,6 +169,7 @@ impl Fleet {
             host_root_dir: node_dir.join("host-root"),
             shared_host_root: self.shared_host_root.clone(),
             pod_subnet: format!("10.88.{n}.0/24"),
+            containerd_restart_after: spec.containerd_restart_after,
         };
         let spec_file = node_dir.join("agent.json");
         std::fs::write(&spec_file, agent_spec.to_json().to_string()).map_err(io("write", &spec_file))?;
