@@ -58,6 +58,8 @@ fn every_document_is_a_kubernetes_object_with_the_expected_kinds() {
     assert_eq!(
         kinds,
         [
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ConfigMap",
             "DaemonSet",
             "DaemonSet",

@@ -512,6 +512,23 @@ fn which(program: &str) -> Result<PathBuf, KubeletError> {
         .ok_or_else(|| KubeletError::Command { command: program.into(), detail: "not found on PATH".into() })
 }
 
+/// Waits until node `name` reports Ready to the API server (failing as soon as a control-plane
+/// component exits).
+pub fn wait_node_ready(
+    control: &mut ControlPlane,
+    name: &str,
+    timeout: Duration,
+) -> Result<Value, KubeletError> {
+    let started = Instant::now();
+    let node = wait_for(&format!("node {name} to be Ready"), timeout, Duration::from_millis(250), || {
+        control.check_running()?;
+        let Ok(node) = control.get_json(&["node", name]) else { return Ok(None) };
+        Ok(condition(&node, "Ready").is_some_and(|c| c["status"] == "True").then_some(node))
+    })?;
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, node = name, "node Ready");
+    Ok(node)
+}
+
 /// The condition `type` of a node or pod object (`status.conditions`), if reported.
 pub fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
     object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
@@ -560,15 +577,9 @@ impl Cluster {
 
     /// Waits until node `name` reports Ready to the API server.
     pub fn wait_node_ready(&mut self, name: &str, timeout: Duration) -> Result<Value, KubeletError> {
-        let started = Instant::now();
-        let node = wait_for(&format!("node {name} to be Ready"), timeout, Duration::from_millis(250), || {
-            self.control_plane().check_running()?;
-            let Ok(node) = self.get_json(&["node", name]) else { return Ok(None) };
-            Ok(condition(&node, "Ready").is_some_and(|c| c["status"] == "True").then_some(node))
-        })
-        .map_err(|e| e.with_context(format!("kubelet log:\n{}", self.node().log_tail("kubelet", 25))))?;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, node = name, "node Ready");
-        Ok(node)
+        let control = self.control.as_mut().expect("the control plane runs until shutdown");
+        let node = wait_node_ready(control, name, timeout);
+        node.map_err(|e| e.with_context(format!("kubelet log:\n{}", self.node().log_tail("kubelet", 25))))
     }
 
     /// Stops the control plane, then drains and stops the node (its kubelet's cgroups emptied and

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::net::ip;
 use super::{NodeSpec, artifacts::cluster_artifacts, prepare_node};
 use crate::image::BuiltImage;
 use crate::kubelet::KubeletError;
@@ -141,11 +142,6 @@ impl AgentSpec {
         let last = self.address.rsplit('.').next().unwrap_or("0");
         format!("nvi-node{last}")
     }
-}
-
-fn ip(args: &[&str]) -> Result<(), KubeletError> {
-    process::run(Command::new("ip").args(args))?;
-    Ok(())
 }
 
 /// `ip` in the parent's network namespace.

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::ClusterArtifacts;
 use super::agent::AgentSpec;
 use super::control_plane::ControlPlane;
-use super::{ClusterArtifacts, condition};
+use super::net::ip;
 use crate::image::BuiltImage;
-use crate::kubelet::{KubeletError, wait_for};
+use crate::kubelet::KubeletError;
 use crate::namespace::{CGROUP_ENV, DIR_ENV, Inside, cgroup_name_for, mount_ns_of};
 use crate::process;
 
@@ -31,11 +32,6 @@ pub const API_ADDRESS: &str = "10.77.0.254";
 fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KubeletError + use<> {
     let path = path.to_path_buf();
     move |source| KubeletError::Io { op, path, source }
-}
-
-fn ip(args: &[&str]) -> Result<(), KubeletError> {
-    process::run(Command::new("ip").args(args))?;
-    Ok(())
 }
 
 /// What a node brings to the cluster.
@@ -227,11 +223,7 @@ impl Fleet {
 
     /// Waits until node `name` is Ready at the API server.
     pub fn wait_ready(&mut self, name: &str, timeout: Duration) -> Result<Value, KubeletError> {
-        wait_for(&format!("node {name} to be Ready"), timeout, Duration::from_millis(250), || {
-            self.control().check_running()?;
-            let Ok(node) = self.get_json(&["node", name]) else { return Ok(None) };
-            Ok(condition(&node, "Ready").is_some_and(|c| c["status"] == "True").then_some(node))
-        })
+        super::wait_node_ready(self.control(), name, timeout)
     }
 
     /// Node `name`'s simulated node as this process sees it (its `node.json`, for UUIDs and names).

@@ -16,7 +16,8 @@ pub struct NodeNetwork {
     removed: bool,
 }
 
-fn ip(args: &[&str]) -> Result<(), KubeletError> {
+/// `ip <args>` in this process's network namespace.
+pub(crate) fn ip(args: &[&str]) -> Result<(), KubeletError> {
     process::run(Command::new("ip").args(args))?;
     Ok(())
 }
