@@ -153,9 +153,33 @@ fn build(cargo: &Path, package: &str, profile_dir: &Path, release: bool) {
     if let Some(target) = profile_dir.parent() {
         cmd.env("CARGO_TARGET_DIR", target);
     }
+    // What cargo sets for the running test (its package's manifest dir, name, version, ...) must not
+    // reach this build: a build script that watches one of them (ring's watches CARGO_MANIFEST_DIR
+    // and OUT_DIR)
+    // would see it change and rebuild, and relink the very test binary running (then gone from
+    // under `/proc/self/exe`, which isolated tests re-execute).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if CARGO_TEST_ENV.contains(&key.as_ref()) || key.starts_with("CARGO_PKG_") {
+            cmd.env_remove(key.as_ref());
+        }
+    }
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo.display()));
     assert!(status.success(), "building {package} with cargo failed (see the compiler output above)");
 }
+
+/// The variables cargo sets for a test process beside `CARGO_PKG_*` (none is set for a build run
+/// from a shell, as `./x` runs it): `OUT_DIR` too, for a package with a build script.
+const CARGO_TEST_ENV: &[&str] = &[
+    "OUT_DIR",
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+];
 
 /// The target triple the static hook is built for: this host's (glibc; only x86_64 and aarch64
 /// Linux are expected).
