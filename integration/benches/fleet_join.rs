@@ -17,7 +17,7 @@ use nvinject_integration::cluster::{
     CONTAINERD_RESTART_DELAY, GPU_NODE_LABEL, SimRoots, cluster_artifacts, test_overlay,
 };
 use nvinject_integration::namespace::isolated;
-use nvinject_integration::release_image::{self, ReleaseInputs};
+use nvinject_integration::release_image;
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -57,17 +57,8 @@ fn main() {
     isolated("fleet_join", Duration::from_secs(60 * 60), |inside| {
         let work = inside.work();
         // The image deploy/ names, from this build's binaries without their debug info.
-        let stripped = release_image::stripped_copies(&bin_dir, &hook, &work.join("image-bin"))
+        let release = release_image::build_stripped(&bin_dir, &hook, &image_name, work)
             .unwrap_or_else(|e| panic!("{e}"));
-        let release = release_image::build(
-            &ReleaseInputs {
-                name: image_name.clone(),
-                bin_dir: stripped.clone(),
-                hook: stripped.join("nvinject-hook"),
-            },
-            &work.join("nvinject-image.tar"),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
 
         let mut results: Vec<(usize, Vec<NodeFigures>)> = Vec::new();
         for (round, &n) in sizes.iter().enumerate() {

@@ -149,6 +149,18 @@ pub fn stripped_copies(bin_dir: &Path, hook: &Path, dir: &Path) -> Result<PathBu
     Ok(dir.to_path_buf())
 }
 
+/// [`build`] from [`stripped_copies`] of `bin_dir`'s binaries (made in `work/image-bin`): the image
+/// tests and benches pack, named `name`, written to `work/nvinject-image.tar`.
+pub fn build_stripped(bin_dir: &Path, hook: &Path, name: &str, work: &Path) -> Result<ReleaseImage> {
+    let stripped = stripped_copies(bin_dir, hook, &work.join("image-bin"))?;
+    let inputs = ReleaseInputs {
+        name: name.to_owned(),
+        bin_dir: stripped.clone(),
+        hook: stripped.join("nvinject-hook"),
+    };
+    build(&inputs, &work.join("nvinject-image.tar"))
+}
+
 /// The directory of this workspace build's installer, with the device plugin, `nvinject-cdi` and
 /// the shim beside it (cargo builds them side by side; a build where they are not is refused),
 /// found or built through [`nvinject_simnode::artifacts`]: the `bin_dir` tests pack.

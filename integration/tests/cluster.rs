@@ -29,7 +29,7 @@ use nvinject_integration::image::{self, ImageSpec};
 use nvinject_integration::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
 use nvinject_integration::kubelet::{self, KubeletError};
 use nvinject_integration::namespace::{Inside, isolated};
-use nvinject_integration::release_image::{self, ReleaseInputs};
+use nvinject_integration::release_image;
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 use serde_json::{Value, json};
 
@@ -67,6 +67,25 @@ fn artifacts() -> ClusterArtifacts {
     a
 }
 
+/// What every cluster test starts from: the control plane's artifacts, this build's binaries, the
+/// image name deploy/ uses, deploy/ itself, and the one-cluster-at-a-time lock (held while it lives).
+struct Setup {
+    artifacts: ClusterArtifacts,
+    bins: Binaries,
+    image_name: String,
+    deploy: PathBuf,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+fn setup() -> Setup {
+    let artifacts = artifacts();
+    let bins = Binaries::find();
+    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Setup { artifacts, bins, image_name, deploy, _one }
+}
+
 /// This build's binaries, found (or built) by cargo outside the namespaces.
 struct Binaries {
     installer: PathBuf,
@@ -95,17 +114,8 @@ fn images(
     nvidia_smi: &Path,
 ) -> (release_image::ReleaseImage, image::BuiltImage) {
     let t = Instant::now();
-    let bin_dir = release_image::stripped_copies(&bins.bin_dir, &bins.hook, &work.join("image-bin"))
+    let release = release_image::build_stripped(&bins.bin_dir, &bins.hook, image_name, work)
         .unwrap_or_else(|e| panic!("{e}"));
-    let release = release_image::build(
-        &ReleaseInputs {
-            name: image_name.to_owned(),
-            bin_dir: bin_dir.clone(),
-            hook: bin_dir.join("nvinject-hook"),
-        },
-        &work.join("nvinject-image.tar"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
     println!(
         "image {} {} ({:.0} MiB, debug binaries without debug info) built in {:.1?}",
         release.image.name,
@@ -367,11 +377,7 @@ fn gpu_lines(log: &str) -> Vec<&str> {
 #[test]
 fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
     const NAME: &str = "deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu";
-    let artifacts = artifacts();
-    let bins = Binaries::find();
-    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {
         let test_started = Instant::now();
         let mut steps: Vec<(&str, Duration)> = Vec::new();
@@ -807,11 +813,7 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
 #[test]
 fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
     const NAME: &str = "mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice";
-    let artifacts = artifacts();
-    let bins = Binaries::find();
-    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {
         let started = Instant::now();
         let Staged { sim, prepared, overlay, .. } =
@@ -982,11 +984,7 @@ fn fleet_smoke(fleet: &mut Fleet, name: &str, resource: &str, count: u32, extra:
 #[test]
 fn gpu_nodes_join_one_after_another_and_converge_with_zero_steps() {
     const NAME: &str = "gpu_nodes_join_one_after_another_and_converge_with_zero_steps";
-    let artifacts = artifacts();
-    let bins = Binaries::find();
-    let image_name = release_image::manifests_image(&bins.installer).unwrap_or_else(|e| panic!("{e}"));
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap();
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {
         let started = Instant::now();
         let work = inside.work();
