@@ -84,6 +84,62 @@ pub enum LinkOutcome {
     },
 }
 
+/// Directories one batch of calls on a [`Root`] has made or resolved, by the path they were asked
+/// for, so that a batch (the hook's mounts, its links) opens each directory once instead of once
+/// per entry: over a driver's ~80 files that was most of the batch's system calls.
+///
+/// An entry stays right while nothing outside the batch changes the tree, which holds for the hook:
+/// it runs before the container's first process exists, and nothing it does moves a directory.
+/// Making a file, a link or a directory never changes what an existing directory path resolves to;
+/// a directory bind mount can (it covers a tree), so whoever makes one calls
+/// [`ParentDirs::forget`]. What each directory is (procfs, sysfs, ...) is remembered with it.
+#[derive(Debug, Default)]
+pub struct ParentDirs {
+    dirs: std::collections::HashMap<PathBuf, CachedDir>,
+    /// The first empty file [`crate::mount`] made as a mountpoint in this batch: later file
+    /// mountpoints are hard links to it where the kernel allows.
+    pub(crate) mountpoint_file: Option<OwnedFd>,
+}
+
+#[derive(Debug)]
+pub(crate) struct CachedDir {
+    pub(crate) dir: ResolvedDir,
+    /// The file-system check [`crate::mount`] makes on a mountpoint's directory, once.
+    pub(crate) fs_kind: Option<Option<&'static str>>,
+}
+
+impl ParentDirs {
+    /// `path`, made (parents `mode`) and resolved inside `root` by [`Root::mkdir_all`] the first
+    /// time it is asked for.
+    pub fn made(&mut self, root: &Root, path: &Path, mode: u32) -> Result<&ResolvedDir, RootError> {
+        Ok(&self.entry(root, path, mode)?.dir)
+    }
+
+    pub(crate) fn entry(&mut self, root: &Root, path: &Path, mode: u32) -> Result<&mut CachedDir, RootError> {
+        Ok(self.entry_and_mountpoint_file(root, path, mode)?.0)
+    }
+
+    /// [`ParentDirs::entry`], and the batch's mountpoint file beside it.
+    pub(crate) fn entry_and_mountpoint_file(
+        &mut self,
+        root: &Root,
+        path: &Path,
+        mode: u32,
+    ) -> Result<(&mut CachedDir, &mut Option<OwnedFd>), RootError> {
+        use std::collections::hash_map::Entry;
+        let cached = match self.dirs.entry(path.to_owned()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(CachedDir { dir: root.mkdir_all(path, mode)?, fs_kind: None }),
+        };
+        Ok((cached, &mut self.mountpoint_file))
+    }
+
+    /// Drops every directory (after something that may change what a directory path resolves to).
+    pub fn forget(&mut self) {
+        self.dirs.clear();
+    }
+}
+
 /// A directory resolved inside a root, usable by path-based code through `/proc/self/fd`.
 ///
 /// [`ResolvedDir::proc_path`] names the directory the kernel resolved, not a path that could be
@@ -426,9 +482,20 @@ impl Root {
     /// Makes the symlink `link` -> `target` inside the root (missing parents created 0755).
     /// Whatever already occupies `link` is left alone and reported.
     pub fn symlink(&self, target: &Path, link: &Path) -> Result<LinkOutcome, RootError> {
+        self.symlink_in(&mut ParentDirs::default(), target, link)
+    }
+
+    /// [`Root::symlink`], taking the link's directory from `dirs` when an earlier call of the same
+    /// batch already made or resolved it (one `symlinkat` per link then).
+    pub fn symlink_in(
+        &self,
+        dirs: &mut ParentDirs,
+        target: &Path,
+        link: &Path,
+    ) -> Result<LinkOutcome, RootError> {
         let (parent, name) =
             split(link).ok_or_else(|| self.err("symlink", link, io::ErrorKind::InvalidInput))?;
-        let dir = self.mkdir_all(&parent, 0o755)?;
+        let dir = dirs.made(self, &parent, 0o755)?;
         match nix::unistd::symlinkat(target, dir.as_fd(), name) {
             Ok(()) => Ok(LinkOutcome::Created),
             Err(Errno::EEXIST) => match nix::fcntl::readlinkat(dir.as_fd(), name) {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 use nvinject_fsio::mount::{BindOptions, MountApi};
-use nvinject_fsio::root::Root;
+use nvinject_fsio::root::{ParentDirs, Root};
 
 /// What CDI specs ask for a driver file: `ro, nosuid, nodev, rbind, rprivate`.
 fn driver_file() -> BindOptions {
@@ -220,5 +220,53 @@ fn a_missing_source_names_itself() {
             .unwrap_err();
         assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
         assert!(!l.root.join("usr/lib/x.so").exists(), "nothing is created for a source that is not there");
+    });
+}
+
+#[test]
+fn a_batch_shares_mountpoint_directories_until_a_directory_mount_may_cover_them() {
+    in_private_mount_ns(|| {
+        let l = layout();
+        fs::create_dir_all(l.root.join("opt/a")).unwrap();
+        // A directory the batch mounts over /opt/a; it has its own `b`, so /opt/a/b resolves to
+        // another directory once it is mounted.
+        let over = l.host.join("over");
+        fs::create_dir_all(over.join("b")).unwrap();
+        let root = Root::open(&l.root).unwrap();
+        let mut dirs = ParentDirs::default();
+        let writable = BindOptions::from_oci_options(&["rbind", "rprivate"]).unwrap().unwrap();
+        let bind = |dirs: &mut ParentDirs, source: &Path, dest: &str, options: &BindOptions| {
+            root.bind_mount_in(dirs, source, Path::new(dest), options, MountApi::Auto).unwrap()
+        };
+
+        bind(&mut dirs, &l.source, "/opt/a/b/one.so", &driver_file());
+        // Same directory, taken from the batch: lands next to the first.
+        bind(&mut dirs, &l.source, "/opt/a/b/two.so", &driver_file());
+        for name in ["one.so", "two.so"] {
+            assert_eq!(fs::read(l.root.join("opt/a/b").join(name)).unwrap(), b"driver bytes", "{name}");
+        }
+        // A link of the same batch in that directory.
+        root.symlink_in(&mut dirs, Path::new("one.so"), Path::new("/opt/a/b/one.so.1")).unwrap();
+        assert_eq!(fs::read_link(l.root.join("opt/a/b/one.so.1")).unwrap(), Path::new("one.so"));
+
+        // The directory mount covers /opt/a: the next mountpoint in /opt/a/b must be made in the
+        // directory now seen there (the mounted one), not in the covered one the batch had open.
+        bind(&mut dirs, &over, "/opt/a", &writable);
+        bind(&mut dirs, &l.source, "/opt/a/b/three.so", &driver_file());
+        assert_eq!(fs::read(l.root.join("opt/a/b/three.so")).unwrap(), b"driver bytes");
+        assert!(over.join("b/three.so").exists(), "the mountpoint went into the covered directory");
+        unmount(&l.root.join("opt/a/b/three.so"));
+        unmount(&l.root.join("opt/a"));
+        for name in ["one.so", "two.so"] {
+            unmount(&l.root.join("opt/a/b").join(name));
+        }
+        // Uncovered: the second mountpoint is a hard link to the first (one inode for the batch's
+        // files), the one made in the other mount a file of its own.
+        use std::os::unix::fs::MetadataExt;
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        let b = l.root.join("opt/a/b");
+        assert_eq!(ino(&b.join("one.so")), ino(&b.join("two.so")));
+        assert_eq!(fs::metadata(b.join("two.so")).unwrap().len(), 0);
+        assert_ne!(ino(&over.join("b/three.so")), ino(&b.join("one.so")));
     });
 }

@@ -322,7 +322,8 @@ impl Containerd {
 
         let log_file = fs::File::create(&log).map_err(io("create", &log))?;
         let mut cmd = Command::new(build.containerd());
-        cmd.arg("--config")
+        process::as_node_service(&mut cmd)
+            .arg("--config")
             .arg(&config)
             .env("PATH", build.path_env(&options.path_prepend)?)
             .stdin(Stdio::null())

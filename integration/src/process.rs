@@ -10,6 +10,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{HarnessError, Result};
 
+/// Gives `cmd` (containerd, which starts the shims, runc and the hooks) the environment a service
+/// manager would, not the test runner's: cargo puts its target directories and the toolchain's
+/// libraries on `LD_LIBRARY_PATH` for tests and benches, and the loader of every dynamically linked
+/// program containerd starts would first search them all (~170 failed opens per start of a shim),
+/// which no node does and which would skew what the benchmarks measure.
+pub fn as_node_service(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("LD_LIBRARY_PATH")
+}
+
 /// Runs `cmd` to completion; fails with its stderr when it exits non-zero.
 pub fn run(cmd: &mut Command) -> Result<Output> {
     let output = output(cmd)?;

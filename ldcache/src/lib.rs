@@ -167,6 +167,8 @@ struct Dlib {
 
 struct Dir {
     path: String,
+    /// Device and inode: how ldconfig tells directories apart.
+    id: (u64, u64),
     flag: i32,
     /// For `<dir>/glibc-hwcaps/<name>`: `name`.
     hwcaps: Option<String>,
@@ -281,10 +283,10 @@ pub fn plan_incremental(
     // Which of `dirs` each image entry's directory is (by device and inode, as ldconfig
     // deduplicates), looked up once per distinct directory name.
     let mut dir_index: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut index_of_name: HashMap<&str, usize> = HashMap::new();
     for (i, d) in dirs.iter().enumerate() {
-        if let Ok(Some(m)) = root.metadata(Path::new(&d.path)) {
-            dir_index.entry((m.dev(), m.ino())).or_insert(i);
-        }
+        dir_index.entry(d.id).or_insert(i);
+        index_of_name.entry(d.path.as_str()).or_insert(i);
     }
     let mut by_name: HashMap<String, Option<usize>> = HashMap::new();
     let mut kept: Vec<Vec<Entry>> = vec![Vec::new(); dirs.len()];
@@ -296,6 +298,10 @@ pub fn plan_incremental(
             return full("the image's ld.so.cache names too many directories");
         }
         let index = *by_name.entry(parent.to_owned()).or_insert_with(|| {
+            // A name the scan lists is that directory; any other is told apart by a stat.
+            if let Some(&i) = index_of_name.get(parent) {
+                return dir_index.get(&dirs[i].id).copied();
+            }
             let parent = if parent.is_empty() { "/" } else { parent };
             root.metadata(Path::new(parent))
                 .ok()
@@ -366,21 +372,26 @@ fn library_dirs(root: &Root, options: &Options) -> Result<(Vec<Dir>, BTreeSet<St
     let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
     // Every glibc-hwcaps subdirectory name found: ldconfig puts each in the string table.
     let mut hwcaps_seen: BTreeSet<String> = BTreeSet::new();
+    let mut ids: HashMap<String, Option<(u64, u64)>> = HashMap::new();
     for line in lines {
         if !line.path.starts_with('/') {
             tracing::warn!(dir = %line.path, "relative ld.so.conf directory ignored");
             continue;
         }
-        let meta = match root.metadata(Path::new(&line.path)) {
-            Ok(Some(m)) => m,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::debug!(error = %e, "ld.so.conf directory skipped");
-                continue;
-            }
-        };
-        let dir = Dir { path: line.path, flag: line.flag, hwcaps: None };
-        if add_single_dir(&mut dirs, &mut seen, dir, (meta.dev(), meta.ino()))? {
+        // The same name often comes from several sources (an injected folder also in ld.so.conf,
+        // a builtin directory also configured): one stat per name.
+        let id =
+            *ids.entry(line.path.clone()).or_insert_with(|| match root.metadata(Path::new(&line.path)) {
+                Ok(Some(m)) => Some((m.dev(), m.ino())),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "ld.so.conf directory skipped");
+                    None
+                }
+            });
+        let Some(id) = id else { continue };
+        let dir = Dir { path: line.path, id, flag: line.flag, hwcaps: None };
+        if add_single_dir(&mut dirs, &mut seen, dir)? {
             add_hwcaps_subdirs(root, &mut dirs, &mut seen, &mut hwcaps_seen)?;
         }
     }
@@ -422,8 +433,8 @@ fn add_single_dir(
     dirs: &mut Vec<Dir>,
     seen: &mut HashMap<(u64, u64), usize>,
     dir: Dir,
-    id: (u64, u64),
 ) -> Result<bool, LdCacheError> {
+    let id = dir.id;
     if let Some(&i) = seen.get(&id) {
         dirs[i].flag = dir.flag;
         return Ok(false);
@@ -468,8 +479,8 @@ fn add_hwcaps_subdirs(
         if hwcaps_seen.insert(name.to_owned()) && hwcaps_seen.len() > MAX_DIRS {
             return Err(LdCacheError::TooMany { what: "glibc-hwcaps subdirectory names", limit: MAX_DIRS });
         }
-        let dir = Dir { path, flag, hwcaps: Some(name.to_owned()) };
-        add_single_dir(dirs, seen, dir, (meta.dev(), meta.ino()))?;
+        let dir = Dir { path, id: (meta.dev(), meta.ino()), flag, hwcaps: Some(name.to_owned()) };
+        add_single_dir(dirs, seen, dir)?;
     }
     Ok(())
 }

@@ -359,7 +359,7 @@ impl KubeNode {
         // No flags: the default config file, root, state and socket, as on a node.
         let spawn = move || {
             let mut cmd = Command::new("containerd");
-            cmd.env("PATH", &path);
+            crate::process::as_node_service(&mut cmd).env("PATH", &path);
             Daemon::spawn("containerd", cmd, &log, &pid_file)
         };
         let mut d = spawn()?;

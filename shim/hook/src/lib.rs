@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use nvinject_fsio::mount::{BindError, BindOptions, MountApi};
-use nvinject_fsio::root::{LinkOutcome, Root, RootError};
+use nvinject_fsio::root::{LinkOutcome, ParentDirs, Root, RootError};
 
 pub mod app_profile;
 pub mod cli;
@@ -151,10 +151,14 @@ pub fn parse_link(arg: &str) -> Result<Link, HookError> {
 
 /// Creates each link in the container root. Existing files are left alone (logged), as an image
 /// may ship its own.
-pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<Vec<(Link, LinkOutcome)>, HookError> {
+pub fn create_symlinks(
+    root: &Root,
+    dirs: &mut ParentDirs,
+    links: &[Link],
+) -> Result<Vec<(Link, LinkOutcome)>, HookError> {
     let mut done = Vec::new();
     for link in links {
-        let outcome = root.symlink(&link.target, &link.link)?;
+        let outcome = root.symlink_in(dirs, &link.target, &link.link)?;
         if let LinkOutcome::Occupied { existing } = &outcome {
             tracing::warn!(link = %link.link.display(), target = %link.target.display(), existing, "left an existing file in place");
         }
@@ -231,12 +235,20 @@ impl Bind {
     }
 }
 
-/// Makes each bind mount inside the container root, in order ([`Root::bind_mount`]: the
+/// Makes each bind mount inside the container root, in order ([`Root::bind_mount_in`]: the
 /// mountpoint is resolved and created inside the root and the mount attached to it by fd). The
 /// first failure stops the run, and runc fails the container with its message.
-pub fn bind_mounts(root: &Root, binds: &[Bind], api: MountApi) -> Result<(), HookError> {
+///
+/// `dirs` carries the mountpoints' directories from one mount to the next (and on to the links):
+/// most of a driver's files share three or four directories.
+pub fn bind_mounts(
+    root: &Root,
+    dirs: &mut ParentDirs,
+    binds: &[Bind],
+    api: MountApi,
+) -> Result<(), HookError> {
     for bind in binds {
-        let used = root.bind_mount(&bind.source, &bind.destination, &bind.parsed, api)?;
+        let used = root.bind_mount_in(dirs, &bind.source, &bind.destination, &bind.parsed, api)?;
         tracing::trace!(source = %bind.source.display(), destination = %bind.destination.display(), ?used, "mounted");
     }
     Ok(())

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use nvinject_fsio::mount::MountApi;
-use nvinject_fsio::root::Root;
+use nvinject_fsio::root::{ParentDirs, Root};
 use nvinject_hook as hook;
 use nvinject_hook::cli::{Cli, Cmd};
 
@@ -136,8 +136,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // compat decision, the cache, the params cover, then the profile (NVIDIA's order of the runs).
     // The cache is built on the image's own from what this run mounted and linked (a spec's own
     // update-ldcache run is given neither: a full scan).
-    hook::bind_mounts(&root, &binds, api)?;
-    hook::create_symlinks(&root, &links)?;
+    let mut dirs = ParentDirs::default();
+    hook::bind_mounts(&root, &mut dirs, &binds, api)?;
+    hook::create_symlinks(&root, &mut dirs, &links)?;
     let first: Vec<PathBuf> = match compat {
         Compat::None => Vec::new(),
         Compat::Decide(args) => hook::compat::enable(&root, &args)?.into_iter().collect(),
