@@ -300,7 +300,7 @@ pub fn plan_incremental(
         let index = *by_name.entry(parent.to_owned()).or_insert_with(|| {
             // A name the scan lists is that directory; any other is told apart by a stat.
             if let Some(&i) = index_of_name.get(parent) {
-                return dir_index.get(&dirs[i].id).copied();
+                return Some(i);
             }
             let parent = if parent.is_empty() { "/" } else { parent };
             root.metadata(Path::new(parent))
