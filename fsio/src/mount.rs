@@ -174,17 +174,40 @@ fn mount_setattr(tree: &OwnedFd, recursive: bool, attr: &MountAttr) -> Result<()
     if rc < 0 { Err(Errno::last()) } else { Ok(()) }
 }
 
-fn move_mount(tree: &OwnedFd, target: &OwnedFd) -> Result<(), Errno> {
-    // SAFETY: both fds are open for the call; the paths are empty C strings.
+/// Where a bind mount goes.
+enum MountTarget {
+    /// An open mountpoint (one the image has, or a file made just now, with the fd that made it).
+    Open(OwnedFd),
+    /// `name` in `dir` (a duplicate of the batch's directory fd), which this batch made a moment
+    /// ago (a hard link or a directory): moved onto by name instead of being opened first. It is
+    /// one component in a directory already resolved inside the root, and `move_mount` without
+    /// `MOVE_MOUNT_T_SYMLINKS` does not follow a symlink there.
+    Made { dir: OwnedFd, name: CString },
+}
+
+impl MountTarget {
+    /// The mountpoint as an fd (`O_PATH`), for the calls that take one.
+    fn into_fd(self) -> nix::Result<OwnedFd> {
+        match self {
+            MountTarget::Open(fd) => Ok(fd),
+            MountTarget::Made { dir, name } => nix::fcntl::openat(
+                &dir,
+                name.as_c_str(),
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ),
+        }
+    }
+}
+
+fn move_mount(tree: &OwnedFd, target: &MountTarget) -> Result<(), Errno> {
+    let (to_fd, to_path, flags) = match target {
+        MountTarget::Open(fd) => (fd.as_raw_fd(), c"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+        MountTarget::Made { dir, name } => (dir.as_raw_fd(), name.as_c_str(), MOVE_MOUNT_F_EMPTY_PATH),
+    };
+    // SAFETY: both fds are open for the call; the paths are NUL-terminated C strings.
     let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            target.as_raw_fd(),
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-        )
+        libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), c"".as_ptr(), to_fd, to_path.as_ptr(), flags)
     };
     if rc < 0 { Err(Errno::last()) } else { Ok(()) }
 }
@@ -307,29 +330,32 @@ impl Root {
             userns_fd: 0,
         };
         mount_setattr(&tree, false, &attr).map_err(|e| fail("mount_setattr", e.into()))?;
-        move_mount(&tree, &target).map_err(|e| fail("move_mount", e.into()))?;
+        move_mount(&tree, &MountTarget::Open(target)).map_err(|e| fail("move_mount", e.into()))?;
         Ok(Covered::Yes)
     }
 }
 
-/// A new file mountpoint `name` in `at` as a hard link to the batch's first one (`file`), opened
-/// `O_PATH`: a link adds a directory entry where a new file also takes an inode, which on ext4
-/// under overlayfs costs about twice as much, and the ~50 a driver needs are freed as one inode
-/// when the container's layer goes. `None` when there is no such file or the kernel refuses the
-/// link (another mount: `EXDEV`; no `CAP_DAC_READ_SEARCH`): the caller makes a file instead.
-/// `EEXIST` is returned as is (something is already there).
-fn link_mountpoint(file: Option<&OwnedFd>, at: BorrowedFd<'_>, name: &OsStr) -> Option<nix::Result<OwnedFd>> {
+/// A new file mountpoint `name` in `at` as a hard link to the batch's first one (`file`): a link
+/// adds a directory entry where a new file also takes an inode, which on ext4 under overlayfs
+/// costs about twice as much, and the ~50 a driver needs are freed as one inode when the
+/// container's layer goes. `None` when there is no such file or the kernel refuses the link
+/// (another mount: `EXDEV`; no `CAP_DAC_READ_SEARCH`): the caller makes a file instead. `EEXIST`
+/// is returned as is (something is already there).
+fn link_mountpoint(file: Option<&OwnedFd>, at: BorrowedFd<'_>, name: &OsStr) -> Option<nix::Result<()>> {
     let file = file?;
     match nix::unistd::linkat(file, c"", at, name, nix::fcntl::AtFlags::AT_EMPTY_PATH) {
-        Ok(()) => Some(nix::fcntl::openat(
-            at,
-            name,
-            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )),
+        Ok(()) => Some(Ok(())),
         Err(Errno::EEXIST) => Some(Err(Errno::EEXIST)),
         Err(_) => None,
     }
+}
+
+/// `name` in `at`, made just now, as a [`MountTarget::Made`].
+fn made_target(at: BorrowedFd<'_>, name: &OsStr) -> nix::Result<MountTarget> {
+    let dir =
+        at.try_clone_to_owned().map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)))?;
+    let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    Ok(MountTarget::Made { dir, name })
 }
 
 /// Whether `fd` is on a file system no bind mount may cover or make mountpoints in (the
@@ -385,9 +411,11 @@ impl Root {
             .map_err(|e| fail("mountpoint", crate::root::explain_loop(e)))?;
         // A mountpoint made just now is of the right type, in a directory already checked not to
         // be procfs, sysfs or cgroupfs; one that was there is checked itself.
-        if !made {
+        if let MountTarget::Open(existing) = &target
+            && !made
+        {
             let target_meta =
-                std::fs::metadata(proc_fd(&target)).map_err(|e| fail("stat the mountpoint", e))?;
+                std::fs::metadata(proc_fd(existing)).map_err(|e| fail("stat the mountpoint", e))?;
             if target_meta.is_dir() != source_meta.is_dir() {
                 let why = if source_meta.is_dir() {
                     "the source is a directory but the mountpoint in the image is not"
@@ -396,7 +424,7 @@ impl Root {
                 };
                 return Err(fail("mountpoint", io::Error::new(io::ErrorKind::InvalidInput, why)));
             }
-            if let Some(fs) = forbidden_fs(&target).map_err(|e| fail("statfs the mountpoint", e))? {
+            if let Some(fs) = forbidden_fs(existing).map_err(|e| fail("statfs the mountpoint", e))? {
                 let why = format!("resolves onto the container's {fs}; refusing to mount over it");
                 return Err(fail("mountpoint", io::Error::new(io::ErrorKind::PermissionDenied, why)));
             }
@@ -411,11 +439,12 @@ impl Root {
                 Err((step, e)) => return Err(fail(step, e.into())),
             }
         }
+        let target = target.into_fd().map_err(|e| fail("open the mountpoint", e.into()))?;
         self.bind_classic(source, destination, &target, options).map_err(|(step, e)| fail(step, e.into()))?;
         Ok(MountApi::Classic)
     }
 
-    /// The mountpoint `destination` as an fd, and whether it was made now (when missing). A
+    /// The mountpoint `destination`, and whether it was made now (when missing). A
     /// symlink there is followed inside the root, and a dangling one gets its target made, as
     /// runc does.
     fn mountpoint(
@@ -423,7 +452,7 @@ impl Root {
         dirs: &mut ParentDirs,
         destination: &Path,
         dir: bool,
-    ) -> io::Result<(OwnedFd, bool)> {
+    ) -> io::Result<(MountTarget, bool)> {
         let mut destination = destination.to_owned();
         for _ in 0..=crate::root::MAX_LINK_HOPS {
             let (parent, name) = split(&destination).ok_or_else(|| {
@@ -445,16 +474,10 @@ impl Root {
             }
             // Made first (the usual case: the image has no such file), never through a symlink.
             let made = if dir {
-                nix::sys::stat::mkdirat(at, name, Mode::from_bits_truncate(0o755)).and_then(|()| {
-                    nix::fcntl::openat(
-                        at,
-                        name,
-                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
+                nix::sys::stat::mkdirat(at, name, Mode::from_bits_truncate(0o755))
+                    .and_then(|()| made_target(at, name))
             } else if let Some(linked) = link_mountpoint(mountpoint_file.as_ref(), at, name) {
-                linked
+                linked.and_then(|()| made_target(at, name))
             } else {
                 // The fd of the new file is itself the mountpoint: nothing is opened again.
                 let flags =
@@ -463,10 +486,10 @@ impl Root {
                 if let (Ok(fd), None) = (&made, &mountpoint_file) {
                     *mountpoint_file = fd.try_clone().ok();
                 }
-                made
+                made.map(MountTarget::Open)
             };
             match made {
-                Ok(fd) => return Ok((fd, true)),
+                Ok(target) => return Ok((target, true)),
                 Err(Errno::EEXIST) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -477,12 +500,12 @@ impl Root {
                 Mode::empty(),
             )?;
             if !std::fs::symlink_metadata(proc_fd(&fd))?.file_type().is_symlink() {
-                return Ok((fd, false));
+                return Ok((MountTarget::Open(fd), false));
             }
             // The image put a symlink here: follow it inside the root.
             let whole = parent.join(name);
             match self.resolve_fd(&whole, OFlag::O_PATH) {
-                Ok(fd) => return Ok((fd, false)),
+                Ok(fd) => return Ok((MountTarget::Open(fd), false)),
                 Err(Errno::ENOENT) => {
                     let target = nix::fcntl::readlinkat(at, name)?;
                     destination = parent.join(target);
@@ -496,7 +519,7 @@ impl Root {
     fn bind_new_api(
         &self,
         source: &Path,
-        target: &OwnedFd,
+        target: &MountTarget,
         options: &BindOptions,
     ) -> Result<(), (&'static str, Errno)> {
         let tree = open_tree(source, options.recursive).map_err(|e| ("open_tree", e))?;

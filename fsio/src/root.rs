@@ -440,8 +440,10 @@ impl Root {
                 }
             }
             // Resolve the whole prefix again from the root so a symlink component is followed
-            // inside the root, never outside.
-            match self.resolve(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()) {
+            // inside the root, never outside. A directory made now is opened for reading: its fd
+            // can then be fchmod'ed directly.
+            let open_as = if created { OFlag::O_RDONLY } else { OFlag::O_PATH };
+            match self.resolve(&so_far, open_as | OFlag::O_DIRECTORY, Mode::empty()) {
                 Ok(fd) => current = fd,
                 Err(Errno::ENOENT) if !created && name != ".." => {
                     // A dangling symlink (anything else would have resolved): continue along its
@@ -466,10 +468,13 @@ impl Root {
                 Err(e) => return Err(self.err("open directory", &so_far, e)),
             }
             if created {
-                // mkdir applied the umask; the caller asked for exactly `mode`.
-                let proc = proc_fd(&current);
-                std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| self.err("chmod", &so_far, e))?;
+                // mkdir applied the umask; the caller asked for exactly `mode`. Changed only when
+                // the umask took bits away: on overlayfs a chmod is a metadata write of its own.
+                let made = nix::sys::stat::fstat(&current).map_err(|e| self.err("stat", &so_far, e))?;
+                if made.st_mode & 0o7777 != mode & 0o7777 {
+                    nix::sys::stat::fchmod(&current, Mode::from_bits_truncate(mode))
+                        .map_err(|e| self.err("chmod", &so_far, e))?;
+                }
             }
         }
         Ok(ResolvedDir { fd: current })

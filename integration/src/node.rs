@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook, static_shim};
 use serde_json::Value;
 
 use crate::containerd::{Containerd, ContainerdOptions, toml_str};
@@ -178,7 +178,7 @@ impl GpuNode {
         // As the installer lays them out: the shim regenerates a stale spec by running the
         // `nvinject-cdi` beside it.
         for (from, file) in [
-            (artifact("nvinject-shim", "containerd-shim-nvinject-v2"), "containerd-shim-nvinject-v2"),
+            (static_shim(), "containerd-shim-nvinject-v2"),
             (static_hook(), "nvinject-hook"),
             (artifact("nvinject-cdi-gen", "nvinject-cdi"), "nvinject-cdi"),
         ] {

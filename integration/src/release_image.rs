@@ -39,16 +39,30 @@ const EXTRA_PROGRAMS: [&str; 1] = ["/usr/sbin/chroot"];
 pub struct ReleaseInputs {
     /// The reference the image carries (`deploy/` names it: see `nvinject-installer manifests`).
     pub name: String,
-    /// The profile directory holding every binary but the hook (e.g. `target/release`).
+    /// The profile directory holding every binary but the static ones (e.g. `target/release`).
     pub bin_dir: PathBuf,
-    /// The static `nvinject-hook`.
+    /// The static `nvinject-hook`; the static `containerd-shim-nvinject-v2` is taken from beside
+    /// it (`./x build-hook` builds both there).
     pub hook: PathBuf,
 }
 
 impl ReleaseInputs {
     /// Where binary `name` comes from.
     pub fn source(&self, name: &str) -> PathBuf {
-        if name == "nvinject-hook" { self.hook.clone() } else { self.bin_dir.join(name) }
+        source(&self.bin_dir, &self.hook, name)
+    }
+}
+
+/// Where binary `name` comes from: the hook is `hook`, the shim the one beside `hook` (the static
+/// build) when there is one, everything else `bin_dir`'s.
+fn source(bin_dir: &Path, hook: &Path, name: &str) -> PathBuf {
+    match name {
+        "nvinject-hook" => hook.to_path_buf(),
+        "containerd-shim-nvinject-v2" => {
+            let beside = hook.with_file_name(name);
+            if beside.is_file() { beside } else { bin_dir.join(name) }
+        }
+        _ => bin_dir.join(name),
     }
 }
 
@@ -68,12 +82,17 @@ pub fn build(inputs: &ReleaseInputs, out: &Path) -> Result<ReleaseImage> {
     image::assemble_root(&spec, &root)?;
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &root))?;
 
-    let hook = inputs.source("nvinject-hook");
-    if !image::shared_libraries(&hook)?.is_empty() {
-        return Err(HarnessError::Prerequisite(format!(
-            "{} is dynamically linked; the image needs the static hook (`./x build-hook --release`)",
-            hook.display()
-        )));
+    // The hook must be static (no loader for an image's environment to steer); the shim is, so
+    // that each of its three starts per container skips the loader's work.
+    for (name, what) in [("nvinject-hook", "hook"), ("containerd-shim-nvinject-v2", "shim")] {
+        let binary = inputs.source(name);
+        if !image::shared_libraries(&binary)?.is_empty() {
+            return Err(HarnessError::Prerequisite(format!(
+                "{} is dynamically linked; the image needs the static {what} (`./x build-hook --release` \
+                 builds it beside the static hook)",
+                binary.display()
+            )));
+        }
     }
     let mut programs: Vec<(PathBuf, PathBuf)> =
         BINARIES.iter().map(|name| (inputs.source(name), Path::new(BIN_DIR).join(name))).collect();
@@ -136,14 +155,15 @@ fn normalize_modes(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The image's [`BINARIES`] from `bin_dir` (the hook from `hook`, built apart for its static link),
+/// The image's [`BINARIES`] from `bin_dir` (the hook from `hook` and the shim from beside it, built
+/// apart for their static link),
 /// copied into `dir` without their debug info (`strip --strip-debug`, what the release profile's
 /// `strip = "debuginfo"` does): debug binaries whole weigh about 220 MiB, and the installer, which
 /// holds them in memory, would overrun deploy/'s 256 MiB limit. Returns `dir`.
 pub fn stripped_copies(bin_dir: &Path, hook: &Path, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).map_err(io("create", dir))?;
     for name in BINARIES {
-        let source = if name == "nvinject-hook" { hook.to_path_buf() } else { bin_dir.join(name) };
+        let source = source(bin_dir, hook, name);
         process::run(Command::new("strip").arg("--strip-debug").arg("-o").arg(dir.join(name)).arg(&source))?;
     }
     Ok(dir.to_path_buf())

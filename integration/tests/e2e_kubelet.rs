@@ -18,7 +18,7 @@ use nvinject_integration::kubelet::node::CONTAINERD_CONFIG;
 use nvinject_integration::kubelet::{self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod};
 use nvinject_integration::namespace::{self, isolated};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
-use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook, static_shim};
 use nvinject_simnode::description::NodeDescription;
 use serde_json::Value;
 
@@ -175,7 +175,7 @@ const RECOVERY: Duration = Duration::from_secs(10);
 /// Every binary the installer installs and the test runs, built (or found fresh) by cargo.
 fn nvinject_binaries() -> Vec<PathBuf> {
     vec![
-        artifact("nvinject-shim", "containerd-shim-nvinject-v2"),
+        static_shim(),
         static_hook(),
         artifact("nvinject-cdi-gen", "nvinject-cdi"),
         artifact("nvinject-device-plugin", "nvinject-device-plugin"),

@@ -22,7 +22,7 @@ use nvinject_integration::containerd::{ContainerdBuild, ctr_command, remove_all_
 use nvinject_integration::cri::{ContainerRequest, CriClient};
 use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
 use nvinject_integration::{mounts, namespace, process};
-use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook};
+use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook, static_shim};
 use serde_json::Value;
 
 /// containerd under a supervisor that starts it again whenever it exits, like systemd's
@@ -264,7 +264,7 @@ fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
     fs::create_dir_all(&image_bin).unwrap();
     for (from, file) in [
         (artifact("nvinject-installer", "nvinject-installer"), "nvinject-installer"),
-        (artifact("nvinject-shim", "containerd-shim-nvinject-v2"), "containerd-shim-nvinject-v2"),
+        (static_shim(), "containerd-shim-nvinject-v2"),
         (static_hook(), "nvinject-hook"),
         (artifact("nvinject-cdi-gen", "nvinject-cdi"), "nvinject-cdi"),
     ] {

@@ -90,3 +90,24 @@ fn a_dynamic_hook_is_refused_with_the_fix() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "nothing written or left: {left:?}");
 }
+
+#[test]
+fn a_dynamic_shim_is_refused_with_the_fix() {
+    let mut inputs = inputs();
+    // The static hook with the workspace build's (dynamic) shim beside it.
+    let beside = tempfile::tempdir().unwrap();
+    inputs.hook = beside.path().join("nvinject-hook");
+    std::fs::copy(static_hook(), &inputs.hook).unwrap();
+    let dynamic = artifact("nvinject-shim", "containerd-shim-nvinject-v2");
+    std::fs::copy(&dynamic, beside.path().join("containerd-shim-nvinject-v2")).unwrap();
+    assert_eq!(
+        inputs.source("containerd-shim-nvinject-v2"),
+        beside.path().join("containerd-shim-nvinject-v2")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let err = release_image::build(&inputs, &dir.path().join("x.tar")).unwrap_err().to_string();
+    assert!(err.contains("containerd-shim-nvinject-v2 is dynamically linked"), "{err}");
+    assert!(err.contains("static shim") && err.contains("./x build-hook --release"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "nothing written or left: {left:?}");
+}

@@ -16,7 +16,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nvinject_integration::process;
-use nvinject_simnode::artifacts::artifact;
+use nvinject_simnode::artifacts::{artifact, static_shim};
 
 const CONFIG: &str = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n\n[plugins]\n  \
                       [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = \"registry.k8s.io/pause:3.9\"\n    \
@@ -30,13 +30,13 @@ const SECRET: &str =
 fn image_bin(t: &Path) -> PathBuf {
     let dir = t.join("image-bin");
     fs::create_dir_all(&dir).unwrap();
-    for (package, file) in [
-        ("nvinject-installer", "nvinject-installer"),
-        ("nvinject-shim", "containerd-shim-nvinject-v2"),
-        ("nvinject-shim", "nvinject-hook"),
-        ("nvinject-cdi-gen", "nvinject-cdi"),
+    for (from, file) in [
+        (artifact("nvinject-installer", "nvinject-installer"), "nvinject-installer"),
+        (static_shim(), "containerd-shim-nvinject-v2"),
+        (artifact("nvinject-shim", "nvinject-hook"), "nvinject-hook"),
+        (artifact("nvinject-cdi-gen", "nvinject-cdi"), "nvinject-cdi"),
     ] {
-        fs::copy(artifact(package, file), dir.join(file)).unwrap();
+        fs::copy(from, dir.join(file)).unwrap();
     }
     dir
 }

@@ -134,6 +134,11 @@ struct ProxyArgs {
 
 fn run_proxy(args: &[OsString]) -> i32 {
     let t0 = std::time::Instant::now();
+    // `start` spawned us in the bundle directory; a long-lived proxy must not keep it busy.
+    if let Err(e) = std::env::set_current_dir("/") {
+        eprintln!("containerd-shim-nvinject-v2 proxy: cannot change to /: {e}");
+        return 1;
+    }
     let parsed = match ProxyArgs::try_parse_from(args) {
         Ok(p) => p,
         Err(e) => {

@@ -3,8 +3,9 @@
 //! Tests drive real binaries (the simulated NVML, `nvidia-smi` stand-in, shim, hook) as separate
 //! processes, so they need those files built and fresh. [`artifact`] asks cargo to build the package
 //! (a no-op when up to date; cargo releases its build lock before running tests, so this is safe from
-//! inside `cargo test`) and returns the path in the same target directory and profile as the caller. The hook is the
-//! exception: [`static_hook`] builds it statically, in its own cargo invocation.
+//! inside `cargo test`) and returns the path in the same target directory and profile as the caller. The hook and
+//! the shim are the exception: [`static_hook`] and [`static_shim`] build them statically, in their own cargo
+//! invocation.
 //!
 //! # Running the tests against another build
 //!
@@ -189,14 +190,20 @@ pub const HOOK_TARGET: &str = "x86_64-unknown-linux-gnu";
 #[cfg(target_arch = "aarch64")]
 pub const HOOK_TARGET: &str = "aarch64-unknown-linux-gnu";
 
+/// The binaries built statically, in their own cargo invocation (see [`static_hook`]): the hook
+/// (it must have no dynamic loader) and the shim (it starts three times per container: `start`,
+/// its proxy and `delete`; without the loader's work each start is cheaper).
+pub const STATIC_BINARIES: [(&str, &str); 2] =
+    [("nvinject-hook", "nvinject-hook"), ("nvinject-shim", "containerd-shim-nvinject-v2")];
+
 /// `nvinject-hook` built statically (no dynamic loader, see the `nvinject-hook` crate), fresh (once
 /// per process), at `<target>/<HOOK_TARGET>/<profile>/nvinject-hook`.
 ///
-/// cargo applies `crt-static` per target, not per binary, so the hook has its own invocation:
-/// `--target` keeps host build scripts and proc-macros dynamic and puts its outputs in their own
-/// directory, leaving the `<target>/<profile>` fingerprints of every other build untouched.
-/// `RUSTFLAGS` is removed for it because it would take precedence over the per-target flags. The
-/// `nvinject-hook` in `<target>/<profile>` (from a plain workspace build) refuses to run.
+/// cargo applies `crt-static` per target, not per binary, so the [`STATIC_BINARIES`] have their own
+/// invocation: `--target` keeps host build scripts and proc-macros dynamic and puts its outputs in
+/// their own directory, leaving the `<target>/<profile>` fingerprints of every other build
+/// untouched. `RUSTFLAGS` is removed for it because it would take precedence over the per-target
+/// flags. The `nvinject-hook` in `<target>/<profile>` (from a plain workspace build) refuses to run.
 ///
 /// Under [`ARTIFACTS_DIR_ENV`]: the other build's hook, which need not be static (see the module
 /// documentation); nothing built.
@@ -204,12 +211,29 @@ pub fn static_hook() -> PathBuf {
     if let Some(dir) = artifacts_override() {
         return override_hook(&dir, std::env::var_os(ARTIFACTS_HOOK_ENV));
     }
+    static_build_dir().join("nvinject-hook")
+}
+
+/// `containerd-shim-nvinject-v2` built statically beside [`static_hook`]: what the image ships and
+/// the tests and benchmarks run. (The dynamic one a workspace build makes in `<target>/<profile>`
+/// works the same, only each start pays the dynamic loader.)
+///
+/// Under [`ARTIFACTS_DIR_ENV`]: that build's `containerd-shim-nvinject-v2`; nothing built.
+pub fn static_shim() -> PathBuf {
+    if let Some(dir) = artifacts_override() {
+        return override_artifact(&dir, "containerd-shim-nvinject-v2");
+    }
+    static_build_dir().join("containerd-shim-nvinject-v2")
+}
+
+/// `<target>/<HOOK_TARGET>/<profile>` with the [`STATIC_BINARIES`] built fresh (once per process).
+fn static_build_dir() -> PathBuf {
     static BUILT: Mutex<bool> = Mutex::new(false);
     let dir = profile_dir();
     let release = dir.file_name().is_some_and(|n| n == "release");
     let target_dir = dir.parent().expect("the profile directory has a parent").to_path_buf();
     let profile = if release { "release" } else { "debug" };
-    let path = target_dir.join(HOOK_TARGET).join(profile).join("nvinject-hook");
+    let out = target_dir.join(HOOK_TARGET).join(profile);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if !*built {
         if let Some(cargo) = std::env::var_os("CARGO") {
@@ -219,34 +243,30 @@ pub fn static_hook() -> PathBuf {
                 cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", Path::new(&cargo).display()));
             assert!(
                 status.success(),
-                "building the static nvinject-hook failed (see the compiler output above)"
+                "building the static nvinject-hook and shim failed (see the compiler output above)"
             );
         }
         *built = true;
     }
-    assert!(
-        path.exists(),
-        "{} is missing: run `./x build-hook` (or `{}`)",
-        path.display(),
-        static_hook_shell_command(release)
-    );
-    path
+    for (_, file) in STATIC_BINARIES {
+        let path = out.join(file);
+        assert!(
+            path.exists(),
+            "{} is missing: run `./x build-hook` (or `{}`)",
+            path.display(),
+            static_hook_shell_command(release)
+        );
+    }
+    out
 }
 
-/// The cargo command that builds the static hook (what [`static_hook`] and `./x` run).
+/// The cargo command that builds the [`STATIC_BINARIES`] (what [`static_hook`] and `./x` run).
 pub fn static_hook_command(cargo: &Path, release: bool) -> Command {
     let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "--quiet",
-        "--locked",
-        "-p",
-        "nvinject-hook",
-        "--bin",
-        "nvinject-hook",
-        "--target",
-        HOOK_TARGET,
-    ]);
+    cmd.args(["build", "--quiet", "--locked", "--target", HOOK_TARGET]);
+    for (package, bin) in STATIC_BINARIES {
+        cmd.args(["-p", package, "--bin", bin]);
+    }
     if release {
         cmd.arg("--release");
     }
@@ -262,9 +282,11 @@ fn hook_rustflags_var() -> String {
 }
 
 fn static_hook_shell_command(release: bool) -> String {
+    let selection: Vec<String> = STATIC_BINARIES.iter().map(|(p, b)| format!("-p {p} --bin {b}")).collect();
     format!(
-        "env -u RUSTFLAGS {}=\"-C target-feature=+crt-static\" cargo build -p nvinject-hook --target {HOOK_TARGET}{}",
+        "env -u RUSTFLAGS {}=\"-C target-feature=+crt-static\" cargo build {} --target {HOOK_TARGET}{}",
         hook_rustflags_var(),
+        selection.join(" "),
         if release { " --release" } else { "" }
     )
 }
