@@ -237,7 +237,7 @@ fn static_build_dir() -> PathBuf {
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if !*built {
         if let Some(cargo) = std::env::var_os("CARGO") {
-            let mut cmd = static_hook_command(Path::new(&cargo), release);
+            let mut cmd = static_build_command(Path::new(&cargo), release);
             cmd.env("CARGO_TARGET_DIR", &target_dir);
             let status =
                 cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", Path::new(&cargo).display()));
@@ -254,14 +254,14 @@ fn static_build_dir() -> PathBuf {
             path.exists(),
             "{} is missing: run `./x build-hook` (or `{}`)",
             path.display(),
-            static_hook_shell_command(release)
+            static_build_shell_command(release)
         );
     }
     out
 }
 
-/// The cargo command that builds the [`STATIC_BINARIES`] (what [`static_hook`] and `./x` run).
-pub fn static_hook_command(cargo: &Path, release: bool) -> Command {
+/// The cargo command that builds the [`STATIC_BINARIES`] (what [`static_hook`], [`static_shim`] and `./x` run).
+pub fn static_build_command(cargo: &Path, release: bool) -> Command {
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--quiet", "--locked", "--target", HOOK_TARGET]);
     for (package, bin) in STATIC_BINARIES {
@@ -281,7 +281,7 @@ fn hook_rustflags_var() -> String {
     format!("CARGO_TARGET_{}_RUSTFLAGS", HOOK_TARGET.to_uppercase().replace('-', "_"))
 }
 
-fn static_hook_shell_command(release: bool) -> String {
+fn static_build_shell_command(release: bool) -> String {
     let selection: Vec<String> = STATIC_BINARIES.iter().map(|(p, b)| format!("-p {p} --bin {b}")).collect();
     format!(
         "env -u RUSTFLAGS {}=\"-C target-feature=+crt-static\" cargo build {} --target {HOOK_TARGET}{}",
