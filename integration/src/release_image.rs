@@ -181,18 +181,17 @@ pub fn build_stripped(bin_dir: &Path, hook: &Path, name: &str, work: &Path) -> R
     build(&inputs, &work.join("nvinject-image.tar"))
 }
 
-/// The directory of this workspace build's installer, with the device plugin, `nvinject-cdi` and
-/// the shim beside it (cargo builds them side by side; a build where they are not is refused),
-/// found or built through [`nvinject_simnode::artifacts`]: the `bin_dir` tests pack.
+/// The directory of this workspace build's installer, with the device plugin and `nvinject-cdi`
+/// beside it (cargo builds them side by side; a build where they are not is refused), found or
+/// built through [`nvinject_simnode::artifacts`]: the `bin_dir` tests pack. (The shim and the hook
+/// the image takes are the static build's, beside the hook: see [`ReleaseInputs::hook`].)
 pub fn this_build_bin_dir() -> Result<PathBuf> {
     use nvinject_simnode::artifacts::artifact;
     let installer = artifact("nvinject-installer", "nvinject-installer");
     let bin_dir = installer.parent().unwrap_or(Path::new("/")).to_owned();
-    for (package, file) in [
-        ("nvinject-device-plugin", "nvinject-device-plugin"),
-        ("nvinject-cdi-gen", "nvinject-cdi"),
-        ("nvinject-shim", "containerd-shim-nvinject-v2"),
-    ] {
+    for (package, file) in
+        [("nvinject-device-plugin", "nvinject-device-plugin"), ("nvinject-cdi-gen", "nvinject-cdi")]
+    {
         let found = artifact(package, file);
         if found.parent() != Some(bin_dir.as_path()) {
             return Err(HarnessError::Prerequisite(format!(
