@@ -3,7 +3,7 @@
 //! its runtime, no API server. Used inside an isolated test ([`crate::namespace::isolated`]), so its
 //! hard-coded host paths and sysctls are shadowed by test directories and the host is untouched.
 //!
-//! [`kubelet_artifacts`] builds or finds the kubelet and the pause image; [`PreparedNode`] and
+//! [`kubelet_artifacts`] finds the kubelet and the pause image that `./x setup` built; [`PreparedNode`] and
 //! [`KubeNode`] bring up containerd, the kubelet and other daemons and take them down by PID.
 
 pub mod cgroup;
@@ -38,28 +38,13 @@ pub fn build_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("kubelet/build-kubelet.sh")
 }
 
-/// Builds the kubelet and pause image, or reuses the cached ones (the script decides; a cache hit costs a
-/// few milliseconds, a build about four minutes on two cores). Fails with the script's output when it
-/// cannot: a missing prerequisite is an error, not a skip.
+/// Finds the cached kubelet and pause image (`build-kubelet.sh --check`: no network, no Go). A missing
+/// or stale build is an error naming the command that makes it, not a skip and not a build from inside
+/// a test (a four-minute Go build with network access has no place in `cargo test`).
 pub fn kubelet_artifacts() -> Result<KubeletArtifacts, KubeletError> {
     let script = build_script();
-    let out = Command::new("bash").arg(&script).output().map_err(|e| KubeletError::Command {
-        command: format!("bash {}", script.display()),
-        detail: e.to_string(),
-    })?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        let tail: Vec<&str> = stderr.lines().collect();
-        return Err(KubeletError::Build {
-            script,
-            status: out.status.to_string(),
-            log: tail[tail.len().saturating_sub(30)..].join("\n"),
-        });
-    }
-    for line in stderr.lines().filter(|l| l.starts_with("build-kubelet:")) {
-        tracing::info!(script = %script.display(), "{line}");
-    }
-    let kubelet = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let out = cached_path(&script, "the kubelet and control plane (Kubernetes 1.20.2 from Debian's source)")?;
+    let kubelet = PathBuf::from(out);
     let dir = kubelet.parent().unwrap_or(Path::new("/")).to_path_buf();
     let stamp_path = dir.join("kubelet.stamp");
     let stamp_text = std::fs::read_to_string(&stamp_path).map_err(|source| KubeletError::Io {
@@ -76,6 +61,24 @@ pub fn kubelet_artifacts() -> Result<KubeletArtifacts, KubeletError> {
             }
         })?;
     Ok(KubeletArtifacts { kubelet, pause_tar: dir.join("pause.tar"), pause_image, stamp })
+}
+
+/// Runs `bash <script> --check` (the cache scripts' look-up mode: prints the cached path when fresh,
+/// else exits 1 without building or fetching) and returns what it printed.
+pub fn cached_path(script: &Path, what: &'static str) -> Result<String, KubeletError> {
+    let out = Command::new("bash").arg(script).arg("--check").output().map_err(|e| KubeletError::Command {
+        command: format!("bash {} --check", script.display()),
+        detail: e.to_string(),
+    })?;
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || printed.is_empty() {
+        return Err(KubeletError::NotBuilt {
+            what,
+            script: script.to_path_buf(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(printed)
 }
 
 /// Parses the stamp's `key=value` lines.
@@ -102,5 +105,17 @@ mod tests {
     #[test]
     fn the_build_script_is_where_the_harness_looks() {
         assert!(build_script().is_file(), "{} missing", build_script().display());
+    }
+
+    #[test]
+    fn a_missing_build_fails_at_once_naming_the_command_that_makes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // A cache script whose --check finds nothing (and which would fail loudly if asked to build).
+        let script = dir.path().join("build-thing.sh");
+        std::fs::write(&script, "[[ $1 == --check ]] || { echo built >&2; exit 9; }\nexit 1\n").unwrap();
+        let err = cached_path(&script, "the thing").unwrap_err().to_string();
+        assert!(err.starts_with("the thing is not built: run `./x setup`"), "{err}");
+        assert!(err.contains(&format!("bash {}", script.display())), "{err}");
+        assert!(!err.contains("built"), "the script was asked to build: {err}");
     }
 }

@@ -13,12 +13,13 @@
 //! Why a re-run rather than `setns` from the test: a multi-threaded process (every libtest binary) cannot
 //! change its mount namespace, and running the whole body inside lets it use any other harness unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -254,7 +255,16 @@ pub struct Outcome {
 /// knows it (`module::name` for a test inside a module), since the re-run selects it with `--exact`.
 pub fn isolated(test: &str, timeout: Duration, body: impl FnOnce(&Inside)) {
     if let Some(inside) = inside(test) {
-        body(&inside);
+        let guards = inside
+            .guard_watched_paths()
+            .unwrap_or_else(|e| panic!("cannot guard the watched host paths for {test}: {e}"));
+        // The guards are checked even when the body panics: a failing test may well be the one that
+        // wrote where it should not.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&inside)));
+        inside.report_guards(&guards);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
         return;
     }
     let outcome = run_outside(test, timeout).unwrap_or_else(|e| panic!("isolated run of {test}: {e}"));
@@ -374,6 +384,7 @@ pub fn run_outside(test: &str, timeout: Duration) -> Result<Outcome, NsError> {
         leftovers.push(failure);
     }
     leftovers.extend(HostSnapshot::differences(&before, &HostSnapshot::take()));
+    leftovers.extend(guard_leftovers(&work));
 
     let passed = status.success();
     let keep = !passed || std::env::var(KEEP_ENV).as_deref() == Ok("1");
@@ -451,7 +462,36 @@ pub fn cgroup_name_for(work: &Path) -> String {
 pub struct Inside {
     work: PathBuf,
     mirrors: AtomicUsize,
+    /// Paths this process created inside mirrors (for [`Inside::shadow`]), which the guard check expects.
+    created: Mutex<BTreeSet<PathBuf>>,
 }
+
+/// How one of [`WATCHED_HOST_PATHS`] is guarded during an isolated body, so that a write to it lands
+/// where the check can see it whether or not the path already exists on this machine (a warm machine
+/// has what earlier runs created; a fresh one does not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Present on the host: covered by an empty directory (or file) of the work directory, which the
+    /// outer side finds still empty after the run ([`guard_leftovers`]).
+    Masked {
+        /// The watched host path.
+        host: PathBuf,
+        /// The work-directory entry mounted over it.
+        mask: PathBuf,
+    },
+    /// Absent on the host: its nearest existing ancestor shows a mirror (here only), so whatever is
+    /// created lands in this namespace; at the end of the body it must not exist beyond what
+    /// [`Inside::shadow`] made ([`Inside::report_guards`]).
+    Absent {
+        /// The watched host path.
+        host: PathBuf,
+    },
+}
+
+/// Where the guards keep their masks and report, under the work directory.
+const GUARDS_DIR: &str = "guards";
+/// The inside's report of watched paths created in this namespace (one line each).
+const GUARD_REPORT: &str = "absent-paths-created";
 
 impl Inside {
     /// Checks that this process really is in its own mount namespace, records that namespace for the
@@ -465,7 +505,62 @@ impl Inside {
         let ns_file = work.join("mount-ns");
         fs::write(&ns_file, &mine).map_err(io("write", &ns_file))?;
         run(Command::new("ip").args(["link", "set", "lo", "up"]))?;
-        Ok(Inside { work, mirrors: AtomicUsize::new(0) })
+        Ok(Inside { work, mirrors: AtomicUsize::new(0), created: Mutex::new(BTreeSet::new()) })
+    }
+
+    /// Guards every path of [`WATCHED_HOST_PATHS`] for the body of an isolated test (see [`Guard`]).
+    /// A watched path that is a symlink is left as it is (the host snapshot still compares it).
+    pub fn guard_watched_paths(&self) -> Result<Vec<Guard>, NsError> {
+        let masks = self.work.join(GUARDS_DIR).join("masks");
+        fs::create_dir_all(&masks).map_err(io("create", &masks))?;
+        let mut guards = Vec::new();
+        for host in WATCHED_HOST_PATHS.iter().map(Path::new) {
+            match fs::symlink_metadata(host) {
+                Ok(meta) if meta.file_type().is_symlink() => {}
+                Ok(meta) => {
+                    let mask = masks.join(host.to_string_lossy().trim_start_matches('/').replace('/', "_"));
+                    if meta.is_dir() {
+                        fs::create_dir(&mask).map_err(io("create", &mask))?;
+                    } else {
+                        fs::write(&mask, b"").map_err(io("create", &mask))?;
+                    }
+                    fs::set_permissions(&mask, meta.permissions()).map_err(io("chmod", &mask))?;
+                    let record = mask.with_extension("of");
+                    fs::write(&record, host.as_os_str().as_encoded_bytes()).map_err(io("write", &record))?;
+                    bind(&mask, host, false)?;
+                    guards.push(Guard::Masked { host: host.to_path_buf(), mask });
+                }
+                Err(_) => {
+                    self.mirror_nearest_ancestor(host)?;
+                    guards.push(Guard::Absent { host: host.to_path_buf() });
+                }
+            }
+        }
+        Ok(guards)
+    }
+
+    /// Checks the [`Guard::Absent`] paths at the end of the body and writes what it finds for the outer
+    /// side, which reports it with the other leftovers. Masks need no report: the outer side reads them.
+    pub fn report_guards(&self, guards: &[Guard]) {
+        let created = self.created.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mount_points = mount_points();
+        let mut lines = Vec::new();
+        for guard in guards {
+            if let Guard::Absent { host } = guard {
+                unexpected_entries(host, &created, &mount_points, &mut lines);
+            }
+        }
+        let report = self.work.join(GUARDS_DIR).join(GUARD_REPORT);
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        if let Err(e) = fs::write(&report, text) {
+            eprintln!("cannot write the guard report {}: {e}", report.display());
+        }
+    }
+
+    /// Makes the nearest existing ancestor of `path` a mirror, unless it is one already.
+    fn mirror_nearest_ancestor(&self, path: &Path) -> Result<(), NsError> {
+        let ancestor = nearest_existing_ancestor(path);
+        if is_mirror(ancestor) { Ok(()) } else { self.mirror(ancestor).map(|_| ()) }
     }
 
     /// The work directory: everything the test writes goes here.
@@ -517,14 +612,24 @@ impl Inside {
 
     /// Creates `path` (and missing parents) inside a mirror of its nearest existing ancestor.
     fn materialize(&self, path: &Path, dir: bool) -> Result<(), NsError> {
-        let mut ancestor = path.parent().unwrap_or(Path::new("/"));
-        while !ancestor.exists() {
-            ancestor = ancestor.parent().unwrap_or(Path::new("/"));
-        }
-        if is_mirror(ancestor) {
+        let ancestor = nearest_existing_ancestor(path);
+        let made = if is_mirror(ancestor) {
             // Already a tmpfs of ours: plain creation stays in this namespace.
-            return create_missing(path, dir);
-        }
+            create_missing(path, dir)?
+        } else {
+            let staging = self.mirror(ancestor)?;
+            let rel = path.strip_prefix(ancestor).expect("ancestor is a prefix of path");
+            let made = create_missing(&staging.join(rel), dir)?;
+            made.iter().map(|p| ancestor.join(p.strip_prefix(&staging).expect("made below staging"))).collect()
+        };
+        self.created.lock().unwrap_or_else(|e| e.into_inner()).extend(made);
+        Ok(())
+    }
+
+    /// Covers the existing directory `ancestor` (here only) with a tmpfs holding bind mounts of each of
+    /// its entries; returns the tmpfs's staging path (it shows the same tmpfs as `ancestor` does, without
+    /// the mounts made on `ancestor`'s paths later).
+    fn mirror(&self, ancestor: &Path) -> Result<PathBuf, NsError> {
         let n = self.mirrors.fetch_add(1, Ordering::Relaxed);
         let staging = self.work.join("mirrors").join(n.to_string());
         fs::create_dir_all(&staging).map_err(io("create", &staging))?;
@@ -553,13 +658,102 @@ impl Inside {
             }
             bind(&original, &copy, true)?;
         }
-        let rel = path.strip_prefix(ancestor).expect("ancestor is a prefix of path");
-        create_missing(&staging.join(rel), dir)?;
         bind(&staging, ancestor, true)?;
         fs::write(self.work.join("mirrors").join(format!("{n}.of")), ancestor.as_os_str().as_encoded_bytes())
             .map_err(io("write", &self.work))?;
-        Ok(())
+        Ok(staging)
     }
+}
+
+/// The nearest ancestor of `path` that exists (`/` at worst).
+fn nearest_existing_ancestor(path: &Path) -> &Path {
+    let mut ancestor = path.parent().unwrap_or(Path::new("/"));
+    while !ancestor.exists() {
+        ancestor = ancestor.parent().unwrap_or(Path::new("/"));
+    }
+    ancestor
+}
+
+/// Every mount point of this mount namespace.
+fn mount_points() -> BTreeSet<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines().filter_map(|l| l.split(' ').nth(4)).map(|mp| PathBuf::from(unescape_mountinfo(mp))).collect()
+}
+
+/// Adds a line to `out` for `path` (when it exists and this process did not create it) or for each
+/// entry below it that it did not create; a mount point the test made ([`Inside::shadow`]) ends the
+/// walk there, since what lies below is the test's own directory.
+fn unexpected_entries(
+    path: &Path,
+    created: &BTreeSet<PathBuf>,
+    mount_points: &BTreeSet<PathBuf>,
+    out: &mut Vec<String>,
+) {
+    let Ok(meta) = fs::symlink_metadata(path) else { return };
+    if !created.contains(path) {
+        let what = if meta.is_dir() {
+            let mut names: Vec<String> = fs::read_dir(path)
+                .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default();
+            names.sort();
+            format!("a directory holding {names:?}")
+        } else {
+            format!("a file of {} bytes", meta.len())
+        };
+        out.push(format!(
+            "host path {} was created during the test ({what}): on a host without it, the test would \
+             have written there; give the daemon a directory of the test's",
+            path.display()
+        ));
+        return;
+    }
+    if !meta.is_dir() || mount_points.contains(path) {
+        return;
+    }
+    for entry in fs::read_dir(path).into_iter().flatten().flatten() {
+        unexpected_entries(&entry.path(), created, mount_points, out);
+    }
+}
+
+/// What the guards of the isolated run in `work` caught: masks that are no longer empty, and the
+/// inside's report of absent paths that were created.
+pub fn guard_leftovers(work: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let guards = work.join(GUARDS_DIR);
+    let masks = guards.join("masks");
+    for entry in fs::read_dir(&masks).into_iter().flatten().flatten() {
+        let mask = entry.path();
+        if mask.extension().is_some_and(|e| e == "of") {
+            continue;
+        }
+        let host = fs::read_to_string(mask.with_extension("of")).unwrap_or_default();
+        let written = match fs::symlink_metadata(&mask) {
+            Ok(m) if m.is_dir() => {
+                let mut names: Vec<String> = fs::read_dir(&mask)
+                    .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default();
+                names.sort();
+                (!names.is_empty()).then(|| format!("entries {names:?} were made in it"))
+            }
+            Ok(m) => (m.len() > 0).then(|| format!("{} bytes were written to it", m.len())),
+            Err(e) => Some(format!("its mask {} is gone ({e})", mask.display())),
+        };
+        if let Some(written) = written {
+            out.push(format!(
+                "host path {host} was written during the test ({written}; the test saw an empty stand-in \
+                 at {}): give the daemon a directory of the test's",
+                mask.display()
+            ));
+        }
+    }
+    let report = guards.join(GUARD_REPORT);
+    match fs::read_to_string(&report) {
+        Ok(text) => out.extend(text.lines().map(str::to_owned)),
+        // No report and no masks dir: the body never started guarding (it failed before, and says so).
+        Err(_) if !masks.exists() => {}
+        Err(e) => out.push(format!("the guard report {} cannot be read: {e}", report.display())),
+    }
+    out
 }
 
 /// True when `dir` sits on one of our mirror tmpfs mounts (its file system is named nvinject-mirror).
@@ -574,15 +768,19 @@ fn is_mirror(dir: &Path) -> bool {
     })
 }
 
-fn create_missing(path: &Path, dir: bool) -> Result<(), NsError> {
+/// Creates `path` (a directory or an empty file) and its missing parents; returns what it created.
+fn create_missing(path: &Path, dir: bool) -> Result<Vec<PathBuf>, NsError> {
+    let made: Vec<PathBuf> =
+        path.ancestors().take_while(|p| fs::symlink_metadata(p).is_err()).map(Path::to_path_buf).collect();
     if dir {
-        fs::create_dir_all(path).map_err(io("create", path))
+        fs::create_dir_all(path).map_err(io("create", path))?;
     } else {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
-        fs::write(path, b"").map_err(io("create", path))
+        fs::write(path, b"").map_err(io("create", path))?;
     }
+    Ok(made)
 }
 
 fn bind(source: &Path, target: &Path, recursive: bool) -> Result<(), NsError> {
@@ -663,6 +861,51 @@ mod tests {
         assert!(pos("a/b") < pos("a") && pos("a") < pos("") && pos("c") < pos(""), "{dirs:?}");
         assert!(dirs_deepest_first(&root.join("a/file")).is_empty());
         assert!(dirs_deepest_first(&root.join("missing")).is_empty());
+    }
+
+    #[test]
+    fn a_created_watched_path_is_reported_unless_the_test_made_it_and_a_shadow_ends_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // What a test made for its shadows: kubelet/ and the mount point kubelet/device-plugins.
+        fs::create_dir_all(root.join("kubelet/device-plugins/inside-the-shadow")).unwrap();
+        let created: BTreeSet<PathBuf> =
+            [root.join("kubelet"), root.join("kubelet/device-plugins")].into_iter().collect();
+        let mounts: BTreeSet<PathBuf> = [root.join("kubelet/device-plugins")].into_iter().collect();
+        let mut out = Vec::new();
+        unexpected_entries(&root.join("kubelet"), &created, &mounts, &mut out);
+        unexpected_entries(&root.join("absent"), &created, &mounts, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+
+        // A daemon's write next to the shadow, and a whole watched path nobody made.
+        fs::create_dir_all(root.join("kubelet/pods")).unwrap();
+        fs::create_dir_all(root.join("libexec-kubernetes/kubelet-plugins")).unwrap();
+        unexpected_entries(&root.join("kubelet"), &created, &mounts, &mut out);
+        unexpected_entries(&root.join("libexec-kubernetes"), &created, &mounts, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[0].contains("kubelet/pods was created"), "{}", out[0]);
+        assert!(out[1].contains("libexec-kubernetes was created") && out[1].contains("kubelet-plugins"));
+    }
+
+    #[test]
+    fn masks_written_to_and_the_inside_report_become_leftovers() {
+        let work = tempfile::tempdir().unwrap();
+        let masks = work.path().join(GUARDS_DIR).join("masks");
+        fs::create_dir_all(masks.join("usr_libexec_kubernetes")).unwrap();
+        fs::write(masks.join("usr_libexec_kubernetes.of"), "/usr/libexec/kubernetes").unwrap();
+        fs::write(masks.join("run_lock"), "").unwrap();
+        fs::write(masks.join("run_lock.of"), "/run/lock").unwrap();
+        fs::write(work.path().join(GUARDS_DIR).join(GUARD_REPORT), "").unwrap();
+        assert!(guard_leftovers(work.path()).is_empty());
+
+        fs::create_dir(masks.join("usr_libexec_kubernetes/kubelet-plugins")).unwrap();
+        fs::write(masks.join("run_lock"), "123").unwrap();
+        fs::write(work.path().join(GUARDS_DIR).join(GUARD_REPORT), "host path /etc/cni was created\n").unwrap();
+        let found = guard_leftovers(work.path());
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found.iter().any(|l| l.contains("/usr/libexec/kubernetes") && l.contains("kubelet-plugins")));
+        assert!(found.iter().any(|l| l.contains("/run/lock") && l.contains("3 bytes")));
+        assert!(found.iter().any(|l| l == "host path /etc/cni was created"));
     }
 
     #[test]

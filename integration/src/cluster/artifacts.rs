@@ -3,9 +3,8 @@
 //! `integration/kubelet/fetch-cluster-debs.sh` (Debian 12's packages, unpacked).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::kubelet::{KubeletArtifacts, KubeletError, kubelet_artifacts};
+use crate::kubelet::{KubeletArtifacts, KubeletError, cached_path, kubelet_artifacts};
 
 /// Everything a cluster runs, built or fetched into the cache.
 #[derive(Debug, Clone)]
@@ -31,23 +30,14 @@ pub fn fetch_debs_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("kubelet/fetch-cluster-debs.sh")
 }
 
-/// Builds or finds the kubelet and control plane (`build-kubelet.sh`) and fetches or finds etcd, kubectl
-/// and the CNI plugins (`fetch-cluster-debs.sh`). A missing prerequisite is an error, not a skip.
+/// Finds the kubelet and control plane (`build-kubelet.sh`) and etcd, kubectl and the CNI plugins
+/// (`fetch-cluster-debs.sh`) in the cache, as `./x setup` left them; nothing is built or fetched here.
+/// A missing one is an error naming the command, not a skip.
 pub fn cluster_artifacts() -> Result<ClusterArtifacts, KubeletError> {
     let kubelet = kubelet_artifacts()?;
     let dir = kubelet.kubelet.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let script = fetch_debs_script();
-    let out = Command::new("bash").arg(&script).output().map_err(|e| KubeletError::Command {
-        command: format!("bash {}", script.display()),
-        detail: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(KubeletError::Command {
-            command: format!("bash {}", script.display()),
-            detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        });
-    }
-    let debs = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let out = cached_path(&fetch_debs_script(), "etcd, kubectl and the CNI plugins (Debian 12's packages)")?;
+    let debs = PathBuf::from(out);
     let a = ClusterArtifacts {
         kube_apiserver: dir.join("kube-apiserver"),
         kube_controller_manager: dir.join("kube-controller-manager"),

@@ -135,6 +135,9 @@ impl ControlPlane {
             flag("root-ca-file", &pki.ca.cert),
             // Each controller acts as its own service account (what the RBAC bootstrap roles expect).
             flag("use-service-account-credentials", "true"),
+            // Its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, is created at start
+            // (the flexvolume prober): a host write a test must not make.
+            flag("flex-volume-plugin-dir", dir.join("flexvolume")),
         ]);
         plane.spawn("kube-controller-manager", cmd, &logs, &pid_file)?;
         let mut cmd = Command::new(&artifacts.kube_scheduler);

@@ -28,19 +28,22 @@ pub enum KubeletError {
         /// How it failed.
         detail: String,
     },
-    /// The kubelet build script failed.
+    /// An external build or download the tests need is not in the cache. Tests never build or fetch
+    /// it themselves (no Go and no network inside `cargo test`): `./x setup` does, keyed by its inputs.
     #[error(
-        "building the kubelet with {} failed ({status}); its last lines:\n{log}\n\
-         It needs apt-get, dpkg-dev, python3-venv, gcc, libc6-dev and network access to Debian's archive and PyPI",
-        script.display()
+        "{what} is not built: run `./x setup` (or `bash {}` alone) before the tests; `./x test` does \
+         both. `{} --check` found no fresh build in $NVINJECT_CACHE{}",
+        script.display(),
+        script.display(),
+        if detail.is_empty() { String::new() } else { format!(" ({detail})") }
     )]
-    Build {
-        /// The script.
+    NotBuilt {
+        /// What is missing, in words.
+        what: &'static str,
+        /// The script that builds it.
         script: PathBuf,
-        /// Its exit status.
-        status: String,
-        /// The end of its output.
-        log: String,
+        /// What `--check` printed, if anything.
+        detail: String,
     },
     /// A daemon exited while it was being waited on.
     #[error("{daemon} exited ({status}); its log ends with:\n{log}")]
