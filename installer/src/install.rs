@@ -11,23 +11,21 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use std::time::Duration;
-
 use crate::containerd::imports::parent_dir;
 use crate::containerd::{
-    self, ConfigSources, ContainerdVersion, EffectiveCdi, MainChange, Plan, RuntimeMode, RuntimeRequest,
+    self, ContainerdVersion, EffectiveCdi, MainChange, Plan, RuntimeMode, RuntimeRequest,
 };
+use crate::containerd_files::read_sources;
 use crate::devchar;
 use crate::error::{Error, Result};
 use crate::foreign_specs;
 use crate::fsx::{self, FaultHook};
 use crate::lock::HostLock;
-use crate::paths::{CONFIG_LIMIT, HostRoot, host_join};
+use crate::paths::{CONFIG_LIMIT, host_join};
+use crate::runtime_config::shim_spec_dirs;
 use crate::service::{Containerd, Restarted};
+use crate::settings::SHIM_BINARY;
 use crate::state::{Change, Ledger, LinkOutcome, Role};
-
-/// The shim binary containerd starts.
-pub const SHIM_BINARY: &str = "containerd-shim-nvinject-v2";
 
 /// The binaries installed into `<install dir>/bin`, and whether each is required.
 pub const BINARIES: &[(&str, bool)] = &[
@@ -45,121 +43,11 @@ pub const BINARIES: &[(&str, bool)] = &[
 /// written only by root. The state directory is narrower ([`crate::state::STATE_DIR_MODE`]).
 pub const DIR_MODE: u32 = 0o755;
 
-/// The CDI spec file the installer owns (JSON: the fastest for the shim to parse).
-pub const SPEC_FILE: &str = nvinject_cdi::nvinject::SPEC_FILE_NAME;
-
-/// Everything install and uninstall need to know; every path is a host path.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Where the host's `/` is reachable.
-    pub host_root: HostRoot,
-    /// Install prefix (`/usr/local/nvinject`); binaries go to `<prefix>/bin`.
-    pub install_dir: String,
-    /// Where the binaries to install are (a local path, not under the host root).
-    pub source_dir: PathBuf,
-    /// containerd's main config file.
-    pub containerd_config: String,
-    /// Directory of our drop-in (default: `conf.d` next to the main config).
-    pub drop_in_dir: String,
-    /// Runtime handler and RuntimeClass handler name.
-    pub handler: String,
-    /// Make the handler containerd's default runtime.
-    pub set_as_default: bool,
-    /// `/etc/nvinject/config.toml`.
-    pub runtime_config: String,
-    /// Where CDI specs go (`/var/run/cdi`).
-    pub cdi_dir: String,
-    /// Driver root on the host (`/`, or `/run/nvidia/driver` with a driver container).
-    pub driver_root: String,
-    /// Dev root on the host: device nodes are `<dev root>/dev/nvidia*` (`/`).
-    pub dev_root: String,
-    /// Proc root on the host (`/proc`).
-    pub proc_root: String,
-    /// Sys root on the host (`/sys`).
-    pub sys_root: String,
-    /// NVML library to load (host path); default: found under the driver root.
-    pub nvml_lib: Option<String>,
-    /// The MPS control daemon's pipe directory (host path), when the node runs MPS; `None`: no MPS.
-    pub mps_pipe_dir: Option<String>,
-    /// Where the shim is linked onto containerd's `PATH` when containerd ignores `runtime_path`.
-    pub shim_link_dir: String,
-    /// The installer's state directory.
-    pub state_dir: String,
-    /// The host lock file.
-    pub lock_file: String,
-    /// How long to wait for another installer.
-    pub lock_wait: Duration,
-    /// Whether to create `/dev/char` links.
-    pub dev_char_links: bool,
-    /// Writes `[requests] accept-nvidia-visible-devices-as-volume-mounts = true` into the runtime
-    /// config: needed when the device plugin uses the volume-mounts device-list strategy, and off
-    /// by default (as in NVIDIA's toolkit) because any pod can ask for such a mount.
-    pub accept_volume_mounts: bool,
-}
-
-impl Settings {
-    /// Defaults for a host mounted at `host_root`.
-    pub fn defaults(host_root: HostRoot, source_dir: PathBuf) -> Settings {
-        Settings {
-            host_root,
-            install_dir: "/usr/local/nvinject".into(),
-            source_dir,
-            containerd_config: "/etc/containerd/config.toml".into(),
-            drop_in_dir: "/etc/containerd/conf.d".into(),
-            handler: "nvidia".into(),
-            set_as_default: false,
-            runtime_config: "/etc/nvinject/config.toml".into(),
-            cdi_dir: "/var/run/cdi".into(),
-            driver_root: "/".into(),
-            dev_root: "/".into(),
-            proc_root: "/proc".into(),
-            sys_root: "/sys".into(),
-            nvml_lib: None,
-            mps_pipe_dir: None,
-            shim_link_dir: "/usr/local/bin".into(),
-            state_dir: "/var/lib/nvinject/installer".into(),
-            lock_file: "/run/nvinject-installer.lock".into(),
-            lock_wait: Duration::from_secs(120),
-            dev_char_links: true,
-            accept_volume_mounts: false,
-        }
-    }
-
-    /// `<install dir>/bin`.
-    pub fn bin_dir(&self) -> String {
-        host_join(&self.install_dir, "bin")
-    }
-
-    /// Host path of the shim.
-    pub fn shim_path(&self) -> String {
-        host_join(&self.bin_dir(), SHIM_BINARY)
-    }
-
-    /// Host path of the OCI hook.
-    pub fn hook_path(&self) -> String {
-        host_join(&self.bin_dir(), nvinject_cdi::nvinject::HOOK_PROGRAM)
-    }
-
-    /// Host path of our drop-in.
-    pub fn drop_in_path(&self) -> String {
-        host_join(&self.drop_in_dir, "99-nvinject.toml")
-    }
-
-    /// Host path of the CDI spec.
-    pub fn spec_path(&self) -> String {
-        host_join(&self.cdi_dir, SPEC_FILE)
-    }
-}
-
-// The spec seam lives with its production implementation; re-exported here because an install
-// is where callers meet it.
+// An install's input and seams live in their own modules (each seam with its production
+// implementation); re-exported here because an install is where callers meet them.
 pub use crate::cdi::{SpecGenerator, SpecRequest};
-
-/// Produces `/etc/nvinject/config.toml` (the shim's config type in production).
-pub trait RuntimeConfigWriter {
-    /// The file's content for these settings.
-    fn render(&self, settings: &Settings, mode: RuntimeMode) -> Result<String>;
-}
+pub use crate::runtime_config::RuntimeConfigWriter;
+pub use crate::settings::Settings;
 
 /// What an install did.
 #[derive(Debug, Clone)]
@@ -541,11 +429,8 @@ fn foreign_spec_warnings(
 ) -> Vec<String> {
     let our_spec = s.spec_path();
     let Some((kind, names)) = foreign_specs::our_devices(spec, &our_spec) else { return Vec::new() };
-    let mut readers = vec![foreign_specs::shim_reader(
-        Some(shim_config),
-        Path::new(&s.runtime_config),
-        crate::runtime_config::shim_spec_dirs(s),
-    )];
+    let mut readers =
+        vec![foreign_specs::shim_reader(Some(shim_config), Path::new(&s.runtime_config), shim_spec_dirs(s))];
     readers.extend(foreign_specs::containerd_reader(cdi));
     let scan = foreign_specs::scan(&s.host_root, &our_spec, &readers);
     foreign_specs::warnings(&foreign_specs::find(&kind, &names, &scan), &our_spec)
@@ -558,149 +443,4 @@ fn shim_link_taken(path: PathBuf) -> Error {
         path,
         fix: "remove it, or pass --shim-link-dir with another directory on containerd's PATH",
     }
-}
-
-/// Reads containerd's main config and the files it imports (transitively, in load order),
-/// skipping `drop_in`.
-pub fn read_sources(
-    root: &HostRoot,
-    main_path: &str,
-    drop_in: &str,
-    containerd: &ContainerdVersion,
-) -> Result<ConfigSources> {
-    let main = match root.read(main_path, CONFIG_LIMIT)? {
-        None => None,
-        Some(bytes) => Some(String::from_utf8(bytes).map_err(|_| {
-            Error::Plan(containerd::PlanError::Parse {
-                path: main_path.to_owned(),
-                message: "not UTF-8 text".into(),
-            })
-        })?),
-    };
-    let mut sources = ConfigSources {
-        main_path: main_path.to_owned(),
-        main: main.clone(),
-        imported: Vec::new(),
-        imported_before_drop_in: 0,
-    };
-    let mut loaded = vec![main_path.to_owned()];
-    let mut pending: Vec<(String, String)> =
-        main.map(|t| vec![(main_path.to_owned(), t)]).unwrap_or_default();
-    // Where containerd will load the drop-in: files are read in load order (breadth first, as
-    // containerd does), so that is the number read when an entry names it.
-    let mut drop_in_at: Option<usize> = None;
-    while !pending.is_empty() {
-        let (path, text) = pending.remove(0);
-        for target in containerd::plan::import_targets(&path, &text, containerd)? {
-            let files = match &target {
-                containerd::imports::ImportTarget::File(f) => vec![f.clone()],
-                containerd::imports::ImportTarget::Glob(pattern) => {
-                    let mut files = expand_glob(root, pattern)?;
-                    // On a first install the drop-in does not exist yet; the glob will match it.
-                    if !drop_in.is_empty() && target.covers(drop_in) && !files.iter().any(|f| f == drop_in) {
-                        let at = files.iter().position(|f| f.as_str() > drop_in).unwrap_or(files.len());
-                        files.insert(at, drop_in.to_owned());
-                    }
-                    files
-                }
-            };
-            for file in files {
-                if file == drop_in {
-                    drop_in_at.get_or_insert(sources.imported.len());
-                    continue;
-                }
-                if loaded.contains(&file) {
-                    continue;
-                }
-                loaded.push(file.clone());
-                // containerd fails on a missing plain import; that is the operator's to fix, and
-                // planning around it is still right, so only note it. A glob entry exists by
-                // definition: one that cannot be read (a dangling link) would make containerd fail
-                // to start, so nothing is changed.
-                // A refusal (a directory, FIFO or device, an oversized file: `imports = [""]` names
-                // the config's own directory) names the importing file and its entry too.
-                let read = root.read(&file, CONFIG_LIMIT).map_err(|e| Error::Source {
-                    path: root.shown(&path),
-                    message: format!(
-                        "`imports` entry {} names a file that cannot be read: {e}",
-                        target_text(&target)
-                    ),
-                })?;
-                let Some(bytes) = read else {
-                    if matches!(target, containerd::imports::ImportTarget::Glob(_)) {
-                        return Err(Error::Source {
-                            path: root.shown(&file),
-                            message: format!(
-                                "matches containerd's import {} but is a link to a missing file (containerd \
-                                 would fail to load it): remove the link or restore its target",
-                                target_text(&target)
-                            ),
-                        });
-                    }
-                    tracing::warn!(file = %file, "imported containerd config file does not exist");
-                    continue;
-                };
-                // Strict, like the main file: a lossy copy would put replacement characters into
-                // the drop-in, which repeats the CRI section on containerd 1.x.
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    Error::Plan(containerd::PlanError::Parse {
-                        path: file.clone(),
-                        message: "not UTF-8 text".into(),
-                    })
-                })?;
-                sources.imported.push(containerd::SourceFile { path: file.clone(), text: text.clone() });
-                pending.push((file, text));
-            }
-        }
-        if path == main_path {
-            // Not imported yet: the entry we add goes after the main file's others.
-            drop_in_at.get_or_insert(sources.imported.len());
-        }
-    }
-    sources.imported_before_drop_in = drop_in_at.unwrap_or(sources.imported.len());
-    Ok(sources)
-}
-
-fn target_text(target: &containerd::imports::ImportTarget) -> &str {
-    match target {
-        containerd::imports::ImportTarget::File(f) | containerd::imports::ImportTarget::Glob(f) => f,
-    }
-}
-
-/// Expands an absolute glob pattern on the host, sorted like Go's `filepath.Glob` (which, like
-/// containerd, lists entries without following them: a dangling link matches). Every directory is
-/// listed inside the host root.
-fn expand_glob(root: &HostRoot, pattern: &str) -> Result<Vec<String>> {
-    let mut matches = vec!["/".to_owned()];
-    for component in pattern.split('/').filter(|c| !c.is_empty()) {
-        let mut next = Vec::new();
-        for base in &matches {
-            let has_meta = component.contains(['*', '?', '[']);
-            if !has_meta {
-                let candidate = host_join(base, component);
-                if root.symlink_metadata(&candidate)?.is_some() {
-                    next.push(candidate);
-                }
-                continue;
-            }
-            // A base that is missing or not a directory matches nothing, as in Go.
-            let entries = match root.read_dir(base) {
-                Ok(Some(entries)) => entries,
-                Ok(None) => continue,
-                Err(Error::HostFile { source, .. })
-                    if source.source.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for (name, _) in entries {
-                if containerd::imports::component_match(component, &name) {
-                    next.push(host_join(base, &name));
-                }
-            }
-        }
-        matches = next;
-    }
-    Ok(matches)
 }

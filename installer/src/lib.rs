@@ -11,6 +11,7 @@
 
 pub mod cdi;
 pub mod containerd;
+pub mod containerd_files;
 pub mod cri;
 pub mod devchar;
 pub mod doctor;
@@ -23,6 +24,7 @@ pub mod manifests;
 pub mod paths;
 pub mod runtime_config;
 pub mod service;
+pub mod settings;
 pub mod state;
 
 pub use error::{Error, Result};

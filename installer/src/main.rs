@@ -10,10 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 use nvinject_installer::containerd::ContainerdVersion;
 use nvinject_installer::fsx::FaultHook;
-use nvinject_installer::install::{InstallReport, Installer, Settings, SpecGenerator, UninstallReport};
+use nvinject_installer::install::{InstallReport, Installer, SpecGenerator, UninstallReport};
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::runtime_config::ShimConfig;
 use nvinject_installer::service::{HostContainerd, RestartMode, Restarted};
+use nvinject_installer::settings::Settings;
 use nvinject_installer::{cdi, doctor, manifests};
 
 #[derive(Parser, Debug)]

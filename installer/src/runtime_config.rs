@@ -1,4 +1,5 @@
-//! `/etc/nvinject/config.toml`, rendered from the shim's own configuration type (the small
+//! `/etc/nvinject/config.toml`: the seam an install renders it through ([`RuntimeConfigWriter`])
+//! and its production implementation, rendered from the shim's own configuration type (the small
 //! `nvinject-shim-config` crate, not the shim itself) so the installer can never write a key the
 //! shim rejects.
 
@@ -8,7 +9,13 @@ use nvinject_shim_config::Config;
 
 use crate::containerd::RuntimeMode;
 use crate::error::{Error, Result};
-use crate::install::{RuntimeConfigWriter, Settings};
+use crate::settings::Settings;
+
+/// Produces `/etc/nvinject/config.toml` (the shim's config type in production).
+pub trait RuntimeConfigWriter {
+    /// The file's content for these settings.
+    fn render(&self, settings: &Settings, mode: RuntimeMode) -> Result<String>;
+}
 
 /// The spec directories the installer gives the shim, lowest priority first: the shim's default
 /// ones, then the install's `--cdi-dir` when it is not one of them (so ours is read last and wins).

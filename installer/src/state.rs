@@ -1,135 +1,32 @@
-//! The installer's ledger: every file, directory and link it wrote on the host, with the hash of
-//! what was there before and of what it wrote, so uninstall can undo exactly its own changes.
+//! The installer's ledger: the I/O around its state file ([`record`]). It records every file,
+//! directory and link the installer writes on the host, with the hash of what was there before
+//! and of what it wrote, and undoes exactly its own changes on uninstall.
 //!
 //! The ledger is written (atomically) *before* each change it describes. A kill between the two
 //! leaves an entry whose `after` hash the file does not have; uninstall and the next install
 //! both handle that, because they decide from the file's current hash, never from the ledger
-//! alone:
-//! - current == after: the file is as we left it; restore the original (or delete it if it did
-//!   not exist before);
-//! - current == before: our change never happened; nothing to undo;
-//! - anything else: someone changed it since; leave their bytes (containerd's main file still
-//!   gets our `imports` entry removed surgically).
+//! alone: what uninstall does with each entry is a pure function of the entry and what is at its
+//! path now ([`undo::decide`]); this module reads the path and carries the decision out.
+
+pub mod record;
+pub mod undo;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use nvinject_fsio::root::EntryType;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fsx::{self, FaultHook};
-use crate::paths::{BINARY_LIMIT, CONFIG_LIMIT, FILE_LIMIT, HostRoot, host_join, split};
+use crate::paths::{CONFIG_LIMIT, FILE_LIMIT, HostRoot, host_join, split};
+
+use record::FORMAT;
+pub use record::{Entry, Kind, Role, State};
+use undo::{UndoAction, decide};
 
 /// Mode of the state directory and its `backup/`: backups hold containerd's config, registry
 /// credentials included, so only root may enter.
 pub const STATE_DIR_MODE: u32 = 0o700;
-
-/// Current state file format.
-const FORMAT: u32 = 1;
-
-/// What an entry is, which decides how uninstall treats a file changed by someone else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// containerd's main config: on conflict our `imports` entry is removed surgically.
-    ContainerdMain,
-    /// Our drop-in: removed on uninstall whatever its content.
-    DropIn,
-    /// A binary in our install directory: ours, removed on uninstall.
-    Binary,
-    /// `/etc/nvinject/config.toml`: kept if an operator edited it.
-    RuntimeConfig,
-    /// The generated CDI spec.
-    CdiSpec,
-    /// `/dev/char/<major>:<minor>` link to an NVIDIA device node.
-    DevCharLink,
-    /// `containerd-shim-nvinject-v2` on containerd's `PATH` (containerd without `runtime_path`).
-    ShimLink,
-    /// A directory we created.
-    Dir,
-}
-
-impl Role {
-    /// The largest file of this role read back from the host.
-    fn read_limit(self) -> u64 {
-        match self {
-            Role::Binary => BINARY_LIMIT,
-            Role::CdiSpec => FILE_LIMIT,
-            _ => CONFIG_LIMIT,
-        }
-    }
-
-    /// Whether an existing file is backed up before we replace it.
-    fn backs_up(self) -> bool {
-        matches!(self, Role::ContainerdMain | Role::RuntimeConfig | Role::CdiSpec)
-    }
-}
-
-/// What kind of file-system object an entry describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// A regular file (hashes are SHA-256 of the content).
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link (`after` is the link target).
-    Symlink,
-}
-
-/// One change on the host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Entry {
-    /// Host path (without the host-root prefix).
-    pub path: String,
-    /// File, directory or link.
-    pub kind: Kind,
-    /// What the entry is for.
-    pub role: Role,
-    /// SHA-256 of the content before our first change; `None` if the path did not exist.
-    pub before: Option<String>,
-    /// SHA-256 of what we wrote (link target for links).
-    pub after: Option<String>,
-    /// File name, in the state directory's `backup/`, of the original bytes.
-    pub backup: Option<String>,
-}
-
-impl Entry {
-    /// Whether the file belongs to nvinject outright, so uninstall removes it even if it changed
-    /// since: our drop-in and binaries, and a CDI spec we created (the shim may have regenerated
-    /// it after a driver upgrade).
-    fn owned(&self) -> bool {
-        matches!(self.role, Role::DropIn | Role::Binary)
-            || (self.role == Role::CdiSpec && self.before.is_none())
-    }
-}
-
-/// The whole state file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct State {
-    /// Format version.
-    pub format: u32,
-    /// Changes, in the order they were first made.
-    pub entries: Vec<Entry>,
-    /// containerd's effective config changed and containerd has not been restarted since: a
-    /// run killed after writing the config must still restart it next time.
-    #[serde(default)]
-    pub restart_pending: bool,
-    /// Parents of the state directory that the first save created (`/var/lib` on a bare host
-    /// root), outermost first: removed again, when empty, after a complete uninstall. They appear
-    /// on the host together with the state file that records them (see [`Ledger::save`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub created_parents: Vec<String>,
-}
-
-impl Default for State {
-    fn default() -> Self {
-        State { format: FORMAT, entries: Vec::new(), restart_pending: false, created_parents: Vec::new() }
-    }
-}
 
 /// Mode of the system directories the state directory needed (`/var/lib` on a bare root): others
 /// must traverse them. The state directory and nvinject's own parents are [`STATE_DIR_MODE`].
@@ -548,7 +445,7 @@ impl<'h> Ledger<'h> {
 
     /// Whether any recorded change is one of containerd's files.
     pub fn touches_containerd(&self) -> bool {
-        self.state.entries.iter().any(|e| matches!(e.role, Role::ContainerdMain | Role::DropIn))
+        self.state.entries.iter().any(|e| e.role.is_containerds())
     }
 
     /// After a complete uninstall: removes the state directory (nothing is recorded any more and
@@ -625,74 +522,62 @@ impl<'h> Ledger<'h> {
         undo: &mut Undo,
         warnings: &mut Vec<String>,
     ) -> Result<()> {
-        let containerd_file = matches!(entry.role, Role::ContainerdMain | Role::DropIn);
-        match entry.kind {
-            Kind::Dir => {
-                // Only an empty directory goes: something else may have been put there.
+        // What is there now: a file's hash decides (and containerd's main file's text may be
+        // edited), a link's target; a directory is only ever tried.
+        let (now, content) = match entry.kind {
+            Kind::Dir => (None, None),
+            Kind::Symlink => (self.root.read_link(&entry.path)?, None),
+            Kind::File => {
+                let content = self.root.read(&entry.path, entry.role.read_limit())?;
+                (content.as_deref().map(fsx::sha256_hex), content)
+            }
+        };
+        match decide(entry, now.as_deref()) {
+            UndoAction::Nothing => {}
+            UndoAction::Restore { backup } => {
+                let path = self.backup_path(&backup);
+                let original = self.root.read(&path, FILE_LIMIT)?.ok_or_else(|| {
+                    Error::io("read backup", self.root.shown(&path))(std::io::ErrorKind::NotFound.into())
+                })?;
+                fsx::write_in(&self.root, &entry.path, &original, 0o644, self.hook)?;
+                undo.restored.push(entry.path.clone());
+                undo.containerd_changed |= entry.role.is_containerds();
+            }
+            UndoAction::Remove { spec_lock } => {
+                fsx::remove_in(&self.root, &entry.path, self.hook)?;
+                undo.removed.push(entry.path.clone());
+                if spec_lock {
+                    self.remove_spec_lock(&entry.path, undo)?;
+                }
+                undo.containerd_changed |= entry.role.is_containerds();
+            }
+            UndoAction::RemoveDirIfEmpty => {
                 if self.root.remove_dir(&entry.path)? {
                     undo.removed.push(entry.path.clone());
                 } else if self.root.symlink_metadata(&entry.path)?.is_some() {
                     undo.kept.push((entry.path.clone(), "not empty".to_owned()));
                 }
             }
-            Kind::Symlink => {
-                let current = self.root.read_link(&entry.path)?;
-                if current.is_some() && current == entry.after {
-                    fsx::remove_in(&self.root, &entry.path, self.hook)?;
-                    undo.removed.push(entry.path.clone());
-                } else if current.is_some() {
-                    undo.kept.push((entry.path.clone(), "points elsewhere now".to_owned()));
+            UndoAction::StripImport => {
+                let text = String::from_utf8_lossy(content.as_deref().unwrap_or_default()).into_owned();
+                match remove_import.map(|f| f(&text)).transpose()?.flatten() {
+                    Some(new_text) => {
+                        fsx::write_in(&self.root, &entry.path, new_text.as_bytes(), 0o644, self.hook)?;
+                        undo.containerd_changed = true;
+                        warnings.push(format!(
+                            "{}: changed since install, so only nvinject's `imports` entry was removed \
+                             (the rest is as it is now)",
+                            entry.path
+                        ));
+                    }
+                    None => undo.kept.push((entry.path.clone(), "changed since install".to_owned())),
                 }
             }
-            Kind::File => {
-                let current = self.root.read(&entry.path, entry.role.read_limit())?;
-                let current_hash = current.as_deref().map(fsx::sha256_hex);
-                if current_hash.is_none() {
-                    // Already gone (or our write never landed).
-                } else if current_hash == entry.after || entry.owned() {
-                    match &entry.backup {
-                        Some(name) => {
-                            let path = self.backup_path(name);
-                            let original = self.root.read(&path, FILE_LIMIT)?.ok_or_else(|| {
-                                Error::io("read backup", self.root.shown(&path))(
-                                    std::io::ErrorKind::NotFound.into(),
-                                )
-                            })?;
-                            fsx::write_in(&self.root, &entry.path, &original, 0o644, self.hook)?;
-                            undo.restored.push(entry.path.clone());
-                        }
-                        None if entry.before.is_some() && !entry.owned() => {
-                            undo.kept.push((entry.path.clone(), "no backup of the original".to_owned()));
-                        }
-                        None => {
-                            fsx::remove_in(&self.root, &entry.path, self.hook)?;
-                            undo.removed.push(entry.path.clone());
-                            if entry.role == Role::CdiSpec {
-                                self.remove_spec_lock(&entry.path, undo)?;
-                            }
-                        }
-                    }
-                    undo.containerd_changed |= containerd_file;
-                } else if current_hash == entry.before {
-                    // Our change never landed.
-                } else if entry.role == Role::ContainerdMain {
-                    let text = String::from_utf8_lossy(current.as_deref().unwrap_or_default()).into_owned();
-                    match remove_import.map(|f| f(&text)).transpose()?.flatten() {
-                        Some(new_text) => {
-                            fsx::write_in(&self.root, &entry.path, new_text.as_bytes(), 0o644, self.hook)?;
-                            undo.containerd_changed = true;
-                            warnings.push(format!(
-                                "{}: changed since install, so only nvinject's `imports` entry was removed \
-                                 (the rest is as it is now)",
-                                entry.path
-                            ));
-                        }
-                        None => undo.kept.push((entry.path.clone(), "changed since install".to_owned())),
-                    }
-                } else {
-                    warnings.push(format!("{}: changed since install; left as it is", entry.path));
-                    undo.kept.push((entry.path.clone(), "changed since install".to_owned()));
+            UndoAction::Keep { why, warn } => {
+                if warn {
+                    warnings.push(format!("{}: {why}; left as it is", entry.path));
                 }
+                undo.kept.push((entry.path.clone(), why.to_owned()));
             }
         }
         self.forget(&entry.path)

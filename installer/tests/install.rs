@@ -401,7 +401,7 @@ fn the_drop_in_is_no_more_readable_than_the_main_config() {
 
 #[test]
 fn sources_say_which_imported_files_containerd_loads_after_the_drop_in() {
-    use nvinject_installer::install::read_sources;
+    use nvinject_installer::containerd_files::read_sources;
     let host = Host::new(
         Some("version = 2\nimports = [\"/etc/containerd/a.toml\", \"/etc/containerd/conf.d/*.toml\"]\n"),
         true,

@@ -1,7 +1,7 @@
 //! Property tests for the containerd TOML planner (`containerd::plan`) and the reader in front of
-//! it (`install::read_sources`): generated and hostile configs (every `version`, odd `imports`,
-//! CRI and `nvidia` tables of the wrong type, huge strings, deep tables, garbage bytes) never
-//! panic; a refusal names the file (and the key, for a key of the wrong type); a plan writes
+//! it (`containerd_files::read_sources`): generated and hostile configs (every `version`, odd
+//! `imports`, CRI and `nvidia` tables of the wrong type, huge strings, deep tables, garbage bytes)
+//! never panic; a refusal names the file (and the key, for a key of the wrong type); a plan writes
 //! TOML, keeps every key of the operator's that is not ours, sets our runtime, plans nothing new
 //! when run on its own result, and its `imports` entry comes out again leaving the file as it was.
 //! Fixed case counts, no failure files, so CI time is bounded.
@@ -16,8 +16,9 @@ use nvinject_installer::containerd::{
     ConfigSources, ContainerdVersion, MainChange, PlanError, RuntimeMode, RuntimeRequest, SourceFile, plan,
     remove_import,
 };
+use nvinject_installer::containerd_files::read_sources;
 use nvinject_installer::fsx::FaultHook;
-use nvinject_installer::install::{Installer, Settings, read_sources};
+use nvinject_installer::install::{Installer, Settings};
 use nvinject_installer::paths::HostRoot;
 use nvinject_installer::runtime_config::ShimConfig;
 use proptest::prelude::*;

@@ -28,7 +28,7 @@ pub use probe::{DoctorEnv, HostEnv, HostFiles, LogDir};
 pub use report::{Line, Phase, Status, print};
 
 use crate::error::Result;
-use crate::install::Settings;
+use crate::settings::Settings;
 
 /// Runs every phase and returns the lines: each phase probes the node, then is judged on what
 /// it found.

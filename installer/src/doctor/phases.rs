@@ -8,11 +8,12 @@ use super::args::DoctorArgs;
 use super::facts::{ContainerdFacts, DriverFacts, PluginFacts, ProbeError, SpecFacts};
 use super::report::{Line, Phase, Status};
 use crate::containerd;
-use crate::containerd::plan::{CDI_ANNOTATIONS, EffectiveRuntime, SHIM_RUNTIME_TYPE};
+use crate::containerd::effective::EffectiveRuntime;
+use crate::containerd::plan::{CDI_ANNOTATIONS, SHIM_RUNTIME_TYPE};
 use crate::cri::TestContainer;
 use crate::foreign_specs;
-use crate::install::{SHIM_BINARY, Settings};
 use crate::paths::host_join;
+use crate::settings::{SHIM_BINARY, Settings};
 
 /// Driver and NVML: the module is loaded and NVML answers with its version.
 pub fn driver(facts: &DriverFacts) -> Line {

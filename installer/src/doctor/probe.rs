@@ -16,9 +16,9 @@ use crate::containerd::{self, ConfigSources, ContainerdVersion, EffectiveCdi};
 use crate::cri::TestContainer;
 use crate::error::{Error, Result};
 use crate::foreign_specs::{self, Reader, Scan};
-use crate::install::Settings;
 use crate::paths::{FILE_LIMIT, HostDir, HostRoot, host_join};
 use crate::service::Containerd;
+use crate::settings::Settings;
 
 /// What doctor asks of the node: its files (through the host root) and its services (NVML,
 /// containerd, CRI). [`HostEnv`] is the real one; tests give fakes for the services and a temp
@@ -80,7 +80,7 @@ impl HostFiles {
 
     /// containerd's config files as it loads them, from `main_path` through its imports.
     pub fn containerd_sources(&self, main_path: &str, version: &ContainerdVersion) -> Result<ConfigSources> {
-        crate::install::read_sources(&self.root, main_path, "", version)
+        crate::containerd_files::read_sources(&self.root, main_path, "", version)
     }
 
     /// When containerd's own CDI is on, whether it reads specs from `cdi_dir` (links on the way

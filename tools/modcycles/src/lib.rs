@@ -1,23 +1,25 @@
 //! Finds module cycles inside each crate of the workspace, for `./x lint`.
 //!
-//! A crate's modules form a graph: module `a` has an edge to module `b` when code in `a` names
-//! `b` or an item of `b` (`use crate::b::..`, a `crate::b::f()` path, `super::..`, `self::..`, a
-//! child module by name, or a name `a` imported earlier). Declaring a child (`mod b;`) is no edge:
+//! A crate's modules form a graph: module `a` has an edge to module `b` when the text of `a` names
+//! `b` or an item of `b`: a `use` (a `pub use` re-export too), a path anywhere in the code
+//! (`crate::b::f()`, `super::..`, `self::..`, a child module by name, a name `a` imported), a path
+//! in a macro's arguments or an attribute (modules `names` and `tokens`). A path through a
+//! re-export names the module that defines the item and each module it was re-exported by, except
+//! a facade above the module writing it (`crate::Kind` where the root has `pub use name::Kind`
+//! names `name`), so a crate root's facade makes no cycle. Declaring a child (`mod b;`) is no edge:
 //! a parent using its child is fine on its own, and only a way back (child to parent, or sibling
-//! to sibling) closes a cycle. A path through a re-export (`crate::Kind` where the root has
-//! `pub use name::Kind`) counts as naming the module that defines it, so a crate root's facade
-//! makes no cycle, and a `pub use` re-export is no edge by itself. `#[cfg(test)]` modules are left out: a test module's `use super::*` is not part
-//! of the crate's structure.
+//! to sibling) closes a cycle. `#[cfg(test)]` modules are left out: a test module's `use super::*` is not part
+//! of the crate's structure. The README lists what the check reads and what it cannot see.
 //!
 //! Boundary: reads `src/` of each workspace member (library, main and bin roots, following `mod`
-//! declarations); never builds, never reads tests, benches or build scripts. Paths inside macro
-//! invocations are not seen (they are token streams to a parser).
+//! declarations); never builds, never expands macros, never reads tests, benches or build scripts.
+
+mod names;
+mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-
-use syn::visit::Visit;
 
 /// Why a crate or workspace could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -68,9 +70,9 @@ pub struct Cycle {
 
 impl fmt::Display for Cycle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = |m: &ModPath| if m.is_empty() { "crate".to_owned() } else { m.join("::") };
-        let mut chain: Vec<String> = self.modules[..self.loop_len].iter().map(|(m, _)| name(m)).collect();
-        chain.push(name(&self.modules[0].0));
+        let mut chain: Vec<String> =
+            self.modules[..self.loop_len].iter().map(|(m, _)| display_name(m)).collect();
+        chain.push(display_name(&self.modules[0].0));
         let why: Vec<String> = self
             .modules
             .iter()
@@ -79,7 +81,8 @@ impl fmt::Display for Cycle {
             .collect();
         write!(f, "{} ({})", chain.join(" -> "), why.join("; "))?;
         if self.modules.len() > self.loop_len {
-            let rest: Vec<String> = self.modules[self.loop_len..].iter().map(|(m, _)| name(m)).collect();
+            let rest: Vec<String> =
+                self.modules[self.loop_len..].iter().map(|(m, _)| display_name(m)).collect();
             write!(f, "; in the same tangle: {}", rest.join(", "))?;
         }
         Ok(())
@@ -175,18 +178,25 @@ impl Tree {
         Ok(())
     }
 
-    /// The names each module imports with `use`, mapped to the absolute path they stand for.
-    fn imports(&self) -> BTreeMap<ModPath, BTreeMap<String, ModPath>> {
+    /// The names each module imports with `use` (re-exports included), mapped to the absolute
+    /// path they stand for, and the modules it glob-imports. An import may go through another
+    /// (`use crate::a; use a::X;`).
+    fn imports(&self) -> BTreeMap<ModPath, Names> {
         let mut out = BTreeMap::new();
         for (path, module) in &self.modules {
-            let mut names = BTreeMap::new();
-            for item in &module.items {
-                if let syn::Item::Use(u) = item {
-                    for (segments, alias) in flatten_use(&u.tree) {
-                        if let (Some(alias), Some(abs)) =
-                            (alias, self.absolute(path, &segments, &BTreeMap::new()))
-                        {
-                            names.insert(alias, abs);
+            let mut names = Names::default();
+            // Twice: a use may rely on one written after it.
+            for _ in 0..2 {
+                for item in &module.items {
+                    let syn::Item::Use(u) = item else { continue };
+                    for (segments, alias) in names::flatten_use(&u.tree) {
+                        let Some(abs) = self.absolute(path, &segments, &names) else { continue };
+                        match alias {
+                            Some(alias) => {
+                                names.named.insert(alias, abs);
+                            }
+                            None if !names.globs.contains(&abs) => names.globs.push(abs),
+                            None => {}
                         }
                     }
                 }
@@ -196,13 +206,19 @@ impl Tree {
         out
     }
 
+    /// Whether module `at` defines `name` itself (an item or a child module).
+    fn defines(&self, at: &[String], name: &str) -> bool {
+        let mut child = at.to_vec();
+        child.push(name.to_owned());
+        self.modules.contains_key(&child)
+            || self
+                .modules
+                .get(at)
+                .is_some_and(|m| m.items.iter().any(|i| names::item_name(i).is_some_and(|n| n == name)))
+    }
+
     /// The absolute path `segments` names from module `at`, when it starts inside this crate.
-    fn absolute(
-        &self,
-        at: &ModPath,
-        segments: &[String],
-        imports: &BTreeMap<String, ModPath>,
-    ) -> Option<ModPath> {
+    fn absolute(&self, at: &ModPath, segments: &[String], names: &Names) -> Option<ModPath> {
         let first = segments.first()?;
         match first.as_str() {
             "crate" => Some(segments[1..].to_vec()),
@@ -220,30 +236,73 @@ impl Tree {
                 let mut child = at.clone();
                 child.push(first.clone());
                 if self.modules.contains_key(&child) {
-                    Some(at.iter().chain(segments).cloned().collect())
-                } else {
-                    imports.get(first).map(|abs| abs.iter().chain(&segments[1..]).cloned().collect())
+                    return Some(at.iter().chain(segments).cloned().collect());
                 }
+                if self.defines(at, first) {
+                    return None;
+                }
+                if let Some(abs) = names.named.get(first) {
+                    return Some(abs.iter().chain(&segments[1..]).cloned().collect());
+                }
+                // A name a glob brought in: the glob's module that defines it.
+                let glob = names.globs.iter().find(|g| self.defines(g, first))?;
+                Some(glob.iter().chain(segments).cloned().collect())
             }
         }
     }
 
-    /// The module an absolute path ends in: its longest module prefix, followed through that
-    /// module's imports when the next segment is an imported name (re-exports).
-    fn target(&self, abs: &[String], imports: &BTreeMap<ModPath, BTreeMap<String, ModPath>>) -> ModPath {
-        let mut abs = abs.to_vec();
-        for _ in 0..8 {
+    /// The modules an absolute path written in module `from` depends on: the module defining the
+    /// item (the path's longest module prefix, followed through that module's imports when the
+    /// next segment is an imported name), and each module whose re-export the path went through,
+    /// except an ancestor of `from` (a facade: `crate::Kind`, where the root has
+    /// `pub use name::Kind`, names `name` only). The defining module comes last, with the
+    /// re-export it was reached through.
+    fn targets(
+        &self,
+        from: &ModPath,
+        abs: &[String],
+        imports: &BTreeMap<ModPath, Names>,
+    ) -> Vec<(ModPath, Option<String>)> {
+        let prefix = |abs: &[String]| {
             let len = (0..=abs.len()).rev().find(|n| self.modules.contains_key(&abs[..*n])).unwrap_or(0);
-            let module = abs[..len].to_vec();
-            let Some(next) = abs.get(len) else { return module };
-            match imports.get(&module).and_then(|names| names.get(next)) {
-                Some(through) if through.as_slice() != &abs[..=len] => {
-                    abs = through.iter().chain(&abs[len + 1..]).cloned().collect();
+            abs[..len].to_vec()
+        };
+        let mut abs = abs.to_vec();
+        let mut out = Vec::new();
+        let mut via = None;
+        // Bounded: re-exports that go round in a loop do not compile, but they still parse.
+        for _ in 0..8 {
+            let module = prefix(&abs);
+            let Some(next) = abs.get(module.len()) else { break };
+            let names = &imports[&module];
+            let through = names.named.get(next).cloned().or_else(|| {
+                if self.defines(&module, next) {
+                    return None;
                 }
-                _ => return module,
+                let exports = |g: &ModPath| {
+                    self.defines(g, next) || imports.get(g).is_some_and(|n| n.named.contains_key(next))
+                };
+                names.globs.iter().find(|g| exports(g)).map(|g| {
+                    let mut t = g.clone();
+                    t.push(next.clone());
+                    t
+                })
+            });
+            match through {
+                Some(through) if through.as_slice() != &abs[..=module.len()] => {
+                    let facade = module.len() < from.len() && from.starts_with(&module);
+                    if !facade {
+                        out.push((module.clone(), Some("re-exported there".to_owned())));
+                    }
+                    abs = through.iter().chain(&abs[module.len() + 1..]).cloned().collect();
+                    via = Some(module);
+                }
+                _ => break,
             }
         }
-        abs
+        let note = via.map(|m| format!("re-exported by {}", display_name(&m)));
+        out.push((prefix(&abs), note));
+        out
     }
 
     /// Each module's edges, with the first path written that made each one.
@@ -251,18 +310,20 @@ impl Tree {
         let imports = self.imports();
         let mut edges: BTreeMap<ModPath, BTreeMap<ModPath, String>> = BTreeMap::new();
         for (path, module) in &self.modules {
-            let mut paths = Paths::default();
-            for item in &module.items {
-                paths.visit_item(item);
-            }
             let own = &imports[path];
             let targets = edges.entry(path.clone()).or_default();
-            for segments in &paths.found {
-                if let Some(abs) = self.absolute(path, segments, own) {
-                    let target = self.target(&abs, &imports);
-                    if &target != path {
-                        targets.entry(target).or_insert_with(|| segments.join("::"));
+            for found in names::written(&module.items) {
+                let Some(abs) = self.absolute(path, &found.segments, own) else { continue };
+                for (target, note) in self.targets(path, &abs, &imports) {
+                    if &target == path {
+                        continue;
                     }
+                    targets.entry(target).or_insert_with(|| {
+                        let notes: Vec<&str> =
+                            found.context.iter().chain(&note).map(String::as_str).collect();
+                        let written = found.segments.join("::");
+                        if notes.is_empty() { written } else { format!("{written} ({})", notes.join(", ")) }
+                    });
                 }
             }
         }
@@ -270,69 +331,16 @@ impl Tree {
     }
 }
 
-/// Each path a `use` tree imports, with the name it binds (`None` for a glob).
-fn flatten_use(tree: &syn::UseTree) -> Vec<(Vec<String>, Option<String>)> {
-    fn walk(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, Option<String>)>) {
-        match tree {
-            syn::UseTree::Path(p) => {
-                prefix.push(p.ident.to_string());
-                walk(&p.tree, prefix, out);
-                prefix.pop();
-            }
-            syn::UseTree::Name(n) if n.ident == "self" => {
-                out.push((prefix.clone(), prefix.last().cloned()));
-            }
-            syn::UseTree::Name(n) => {
-                let mut full = prefix.clone();
-                full.push(n.ident.to_string());
-                out.push((full, Some(n.ident.to_string())));
-            }
-            syn::UseTree::Rename(r) => {
-                let mut full = prefix.clone();
-                if r.ident != "self" {
-                    full.push(r.ident.to_string());
-                }
-                out.push((full, Some(r.rename.to_string())));
-            }
-            syn::UseTree::Glob(_) => out.push((prefix.clone(), None)),
-            syn::UseTree::Group(g) => {
-                for t in &g.items {
-                    walk(t, prefix, out);
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(tree, &mut Vec::new(), &mut out);
-    out
+/// A module's imported names: `use a::X as Y` binds `Y` to `a::X`; `use a::*` adds `a`.
+#[derive(Debug, Default)]
+struct Names {
+    named: BTreeMap<String, ModPath>,
+    globs: Vec<ModPath>,
 }
 
-/// Every path written in a module's own items (not its nested modules), `use` trees included.
-#[derive(Default)]
-struct Paths {
-    found: Vec<Vec<String>>,
-}
-
-impl<'ast> Visit<'ast> for Paths {
-    fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {
-        // Nested modules are nodes of their own.
-    }
-
-    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
-        // A re-export (`pub use child::X`) only exposes the other module's item; it is followed
-        // when resolving paths, but is no use of its own.
-        if !matches!(u.vis, syn::Visibility::Inherited) {
-            return;
-        }
-        self.found.extend(flatten_use(&u.tree).into_iter().map(|(p, _)| p));
-    }
-
-    fn visit_path(&mut self, p: &'ast syn::Path) {
-        if p.leading_colon.is_none() && p.segments.len() > 1 {
-            self.found.push(p.segments.iter().map(|s| s.ident.to_string()).collect());
-        }
-        syn::visit::visit_path(self, p);
-    }
+/// `crate` for the root, else `a::b`.
+fn display_name(m: &ModPath) -> String {
+    if m.is_empty() { "crate".to_owned() } else { m.join("::") }
 }
 
 /// The cycles among the modules of the crate whose root file is `root`, each once, smallest
@@ -613,6 +621,19 @@ mod tests {
              mod c { use crate::a::{self}; pub fn h() { a::f(); } }\n",
         )]);
         assert_eq!(chains(&lib), ["a -> b -> c"]);
+    }
+
+    #[test]
+    fn a_re_export_through_an_earlier_import_reaches_the_defining_module() {
+        // `b`'s `pub use a::X` goes through its `use crate::a`: `c` naming `crate::b::X` uses `a`
+        // directly, so the tightest loop is a -> c (b is in the same tangle).
+        let (_d, lib) = krate(&[(
+            "lib.rs",
+            "mod a { pub struct X; pub fn f() { crate::c::g(); } }\n\
+             mod b { pub use a::X; use crate::a; }\n\
+             mod c { pub fn g() -> Option<crate::b::X> { None } }\n",
+        )]);
+        assert_eq!(chains(&lib), ["a -> c"]);
     }
 
     #[test]
