@@ -26,10 +26,11 @@ use nvinject_cdi::nvinject::{
 use nvinject_cdi::{
     ContainerEdits, Device, DeviceNode, DeviceType, Hook, Kind, Mount, Spec, minimum_version,
 };
+use nvinject_gpu::devnodes::{self, CONTROL_NODES, DriverNode, Numbering};
 use nvinject_gpu::{DeviceRef, Inventory, NamingStrategy};
 use sha2::{Digest, Sha256};
 
-use crate::devices::{CTL_MINOR, DevTree, MigCap, NVIDIA_MAJOR, NodeInfo, NodeType};
+use crate::devices::{DevTree, NodeInfo, NodeType};
 use crate::driver::DriverFiles;
 use crate::root::join;
 
@@ -46,10 +47,6 @@ pub const IPC_MOUNT_OPTIONS: [&str; 6] = ["ro", "nosuid", "nodev", "rbind", "rpr
 pub const MPS_MOUNT_OPTIONS: [&str; 6] = ["rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"];
 /// The variable CUDA's MPS clients read to find the control daemon's pipes.
 pub const MPS_PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
-
-/// The driver's control nodes: in every container (common edits), so in no device.
-const CONTROL_NODES: [&str; 4] =
-    ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
 
 /// Cgroup permissions given to every device node.
 pub const NODE_PERMISSIONS: &str = "rw";
@@ -267,43 +264,39 @@ impl Builder<'_> {
         })
     }
 
-    fn gpu_nodes(&self, minor: u32) -> DeviceNode {
-        let path = format!("/dev/nvidia{minor}");
-        self.node(&path, Some(Self::char_node(NVIDIA_MAJOR, minor, 0o666))).expect("a fallback is given")
+    /// The driver's node as stat saw it, else as the driver numbers it (with the majors of
+    /// `<proc root>/devices`), else `None`.
+    fn driver_node(&self, node: &DriverNode) -> Option<DeviceNode> {
+        let fallback = node
+            .numbering
+            .numbers(&self.dev.char_majors)
+            .map(|(major, minor)| Self::char_node(major, minor, node.mode));
+        self.node(&node.path, fallback)
     }
 
     /// The device's edits and its `/dev/dri/by-path` links (target, link).
     fn device_edits(&self, device: DeviceRef<'_>) -> Result<NodesAndLinks, BuildError> {
-        let gpu = device.gpu();
-        let mut nodes = vec![self.gpu_nodes(gpu.minor)];
+        // The GPU's node, and a MIG device's capability nodes: the nodes the plugin names too.
+        let driver_nodes = devnodes::device_nodes(device, &self.dev.mig_minors).map_err(|missing| {
+            BuildError::MigMinor { uuid: device.uuid().to_owned(), entry: missing.0.to_string() }
+        })?;
+        let mut nodes = Vec::with_capacity(driver_nodes.len() + 2);
+        for node in &driver_nodes {
+            // Only a capability node's numbers can be unknown: its major is assigned at load.
+            nodes.push(
+                self.driver_node(node)
+                    .ok_or_else(|| BuildError::CapsMajor { path: node.path.to_string() })?,
+            );
+        }
         let mut links = Vec::new();
-        match device {
-            DeviceRef::Gpu(g) => {
-                for suffix in ["card", "render"] {
-                    let link = format!("/dev/dri/by-path/pci-{}-{suffix}", g.pci_bus_id);
-                    let Some(target) = self.dev.links.get(&link) else { continue };
-                    let node_path = resolve_dri(&link, target);
-                    if let Some(node) = self.node(&node_path, None) {
-                        nodes.push(node);
-                        links.push((target.clone(), link));
-                    }
-                }
-            }
-            DeviceRef::Mig(g, m) => {
-                let gi = MigCap { gpu_minor: g.minor, gi: m.gpu_instance_id, ci: None };
-                let ci = MigCap { ci: Some(m.compute_instance_id), ..gi };
-                for entry in [gi, ci] {
-                    let minor = *self.dev.mig_minors.get(&entry).ok_or_else(|| BuildError::MigMinor {
-                        uuid: m.uuid.to_string(),
-                        entry: entry.to_string(),
-                    })?;
-                    let path = format!("/dev/nvidia-caps/nvidia-cap{minor}");
-                    let fallback = self
-                        .dev
-                        .char_majors
-                        .get("nvidia-caps")
-                        .map(|&major| Self::char_node(major, minor, 0o444));
-                    nodes.push(self.node(&path, fallback).ok_or(BuildError::CapsMajor { path })?);
+        if let DeviceRef::Gpu(g) = device {
+            for suffix in ["card", "render"] {
+                let link = format!("/dev/dri/by-path/pci-{}-{suffix}", g.pci_bus_id);
+                let Some(target) = self.dev.links.get(&link) else { continue };
+                let node_path = resolve_dri(&link, target);
+                if let Some(node) = self.node(&node_path, None) {
+                    nodes.push(node);
+                    links.push((target.clone(), link));
                 }
             }
         }
@@ -311,23 +304,14 @@ impl Builder<'_> {
     }
 
     fn control_nodes(&self) -> Vec<DeviceNode> {
-        let uvm = self.dev.char_majors.get("nvidia-uvm").copied();
-        // How each of CONTROL_NODES is described when stat did not see it. nvidia-modeset is
-        // present only when its module is loaded; never invented.
-        let fallbacks = [
-            Some(Self::char_node(NVIDIA_MAJOR, CTL_MINOR, 0o666)),
-            uvm.map(|m| Self::char_node(m, 0, 0o666)),
-            uvm.map(|m| Self::char_node(m, 1, 0o666)),
-            None,
-        ];
         CONTROL_NODES
-            .into_iter()
-            .zip(fallbacks)
-            .filter_map(|(path, fallback)| {
-                let node = self.node(path, fallback);
-                if node.is_none() && path != "/dev/nvidia-modeset" {
+            .iter()
+            .filter_map(|control| {
+                let node = self.driver_node(control);
+                // nvidia-modeset is there only while its module is loaded: its absence is normal.
+                if node.is_none() && control.numbering != Numbering::OnlyWhenPresent {
                     tracing::warn!(
-                        path,
+                        path = %control.path,
                         "control device node not found and not numbered in <proc root>/devices; left out"
                     );
                 }
@@ -539,7 +523,7 @@ pub fn build_spec(
             let nodes: Vec<DeviceNode> = dev
                 .nodes
                 .keys()
-                .filter(|p| p.starts_with("/dev/nvidia") && !CONTROL_NODES.contains(&p.as_str()))
+                .filter(|p| p.starts_with("/dev/nvidia") && !devnodes::is_control_node(p))
                 .filter_map(|p| b.node(p, None))
                 .collect();
             if nodes.is_empty() {
@@ -590,7 +574,8 @@ mod tests {
     use crate::driver::{Ipc, IpcKind, Library};
     use nvinject_cdi::validate;
     use nvinject_gpu::{
-        ComputeCapability, CudaVersion, DeviceUuid, DriverInfo, Gpu, MigDevice, MigProfile, PciBusId,
+        ComputeCapability, CudaVersion, DeviceUuid, DriverInfo, Gpu, MigCap, MigDevice, MigMinors,
+        MigProfile, PciBusId,
     };
 
     const VER: &str = "550.54.15";
@@ -684,15 +669,9 @@ mod tests {
         t.char_majors = [("nvidia-uvm".to_owned(), 510), ("nvidia-caps".to_owned(), 235)].into();
         // GI 2's nodes exist; GI 9's are not created yet and get numbered from mig-minors and
         // proc/devices.
-        t.mig_minors = [
-            ("gpu1/gi2/access", 21),
-            ("gpu1/gi2/ci0/access", 22),
-            ("gpu1/gi9/access", 210),
-            ("gpu1/gi9/ci0/access", 211),
-        ]
-        .into_iter()
-        .map(|(k, v)| (MigCap::parse(k).unwrap(), v))
-        .collect();
+        t.mig_minors = MigMinors::parse(
+            "gpu1/gi2/access 21\ngpu1/gi2/ci0/access 22\ngpu1/gi9/access 210\ngpu1/gi9/ci0/access 211\n",
+        );
         t
     }
 
@@ -1044,7 +1023,7 @@ mod tests {
         assert!(err.starts_with("driver library libcuda.so.550.54.15 not found under driver root /: searched /usr/lib/x86_64-linux-gnu and the folders in its etc/ld.so.cache"), "{err}");
 
         let mut d = dev();
-        d.mig_minors.remove(&MigCap::parse("gpu1/gi9/ci0/access").unwrap());
+        d.mig_minors.access.remove(&MigCap::parse("gpu1/gi9/ci0/access").unwrap());
         let err = build_spec(Source::Nvml(&inventory()), &files(), &d, &opts()).unwrap_err().to_string();
         assert!(err.contains("MIG-19000000-1111-2222-3333-444444444444: no `gpu1/gi9/ci0/access`"), "{err}");
 

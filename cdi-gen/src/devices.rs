@@ -3,19 +3,18 @@
 //! Scanned once into a [`DevTree`]: every `/dev/nvidia*` and `/dev/nvidia-caps/*` node with its
 //! type, numbers and mode (from `stat`), the `/dev/dri` nodes and `by-path` links, the character
 //! device majors from `<proc root>/devices` and the MIG capability minors from
-//! `<proc root>/driver/nvidia-caps/mig-minors`. The spec builder then never touches the host.
+//! `<proc root>/driver/nvidia-caps/mig-minors` (parsed by their owner,
+//! [`nvinject_gpu::devnodes::MigMinors`], which also says which nodes a device needs and how the
+//! driver numbers them). The spec builder then never touches the host.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use crate::root::join;
+use nvinject_gpu::devnodes::MigMinors;
 
-/// Major number of the NVIDIA GPU and control devices (`nvidia-frontend`), fixed by the driver.
-pub const NVIDIA_MAJOR: u32 = 195;
-/// Minor of `/dev/nvidiactl`.
-pub const CTL_MINOR: u32 = 255;
+use crate::root::join;
 
 /// Character or block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,47 +58,8 @@ pub struct DevTree {
     pub links: BTreeMap<String, String>,
     /// Character device majors by driver name, from `<proc root>/devices`.
     pub char_majors: BTreeMap<String, u32>,
-    /// MIG access capability minors, from `mig-minors`.
-    pub mig_minors: BTreeMap<MigCap, u32>,
-}
-
-/// A MIG access capability as `mig-minors` names it: `gpu<minor>/gi<id>/access` for a GPU
-/// instance, `gpu<minor>/gi<id>/ci<id>/access` for a compute instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MigCap {
-    /// Minor number of the parent GPU (not its NVML index).
-    pub gpu_minor: u32,
-    /// GPU instance id.
-    pub gi: u32,
-    /// Compute instance id; `None` for the GPU instance's own capability.
-    pub ci: Option<u32>,
-}
-
-impl std::fmt::Display for MigCap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.ci {
-            Some(ci) => write!(f, "gpu{}/gi{}/ci{ci}/access", self.gpu_minor, self.gi),
-            None => write!(f, "gpu{}/gi{}/access", self.gpu_minor, self.gi),
-        }
-    }
-}
-
-impl MigCap {
-    /// Parses `gpu0/gi2/access` or `gpu0/gi2/ci0/access`; `None` for anything else (`config`).
-    pub fn parse(name: &str) -> Option<MigCap> {
-        let mut parts = name.split('/');
-        let num = |p: Option<&str>, prefix: &str| p?.strip_prefix(prefix)?.parse::<u32>().ok();
-        let gpu_minor = num(parts.next(), "gpu")?;
-        let gi = num(parts.next(), "gi")?;
-        let (ci, last) = match parts.next()? {
-            "access" => (None, None),
-            p => (Some(num(Some(p), "ci")?), parts.next()),
-        };
-        if ci.is_some() && last != Some("access") || parts.next().is_some() {
-            return None;
-        }
-        Some(MigCap { gpu_minor, gi, ci })
-    }
+    /// MIG capability minors, from `mig-minors`.
+    pub mig_minors: MigMinors,
 }
 
 /// Parses `/proc/devices`: the `Character devices:` section, `major name` per line.
@@ -120,18 +80,6 @@ pub fn parse_proc_devices(text: &str) -> BTreeMap<String, u32> {
         }
     }
     out
-}
-
-/// Parses `nvidia-caps/mig-minors`: `name minor` per line (`gpu0/gi2/ci0/access 22`). The driver
-/// lists every possible instance of every possible GPU (4322 lines), so this allocates nothing per
-/// line; `config` and `monitor` are left out (their nodes exist from module load).
-pub fn parse_mig_minors(text: &str) -> BTreeMap<MigCap, u32> {
-    text.lines()
-        .filter_map(|l| {
-            let (name, minor) = l.trim().split_once(char::is_whitespace)?;
-            Some((MigCap::parse(name)?, minor.trim().parse().ok()?))
-        })
-        .collect()
 }
 
 fn node_info(path: &Path) -> Option<NodeInfo> {
@@ -183,10 +131,10 @@ pub fn scan(dev_root: &Path, proc_root: &Path) -> DevTree {
         tree.char_majors = parse_proc_devices(&text);
     }
     if let Ok(text) = fs::read_to_string(join(proc_root, "/driver/nvidia-caps/mig-minors")) {
-        tree.mig_minors = parse_mig_minors(&text);
+        tree.mig_minors = MigMinors::parse(&text);
     }
     tracing::debug!(
-        nodes = tree.nodes.len(), dri_links = tree.links.len(), mig_minors = tree.mig_minors.len(),
+        nodes = tree.nodes.len(), dri_links = tree.links.len(), mig_minors = tree.mig_minors.access.len(),
         dev_root = %dev_root.display(), "device nodes scanned"
     );
     tree
@@ -204,21 +152,6 @@ mod tests {
         assert_eq!(majors.get("nvidia-caps"), Some(&235));
         assert_eq!(majors.get("nvidia-frontend"), Some(&195));
         assert_eq!(majors.get("sd"), None);
-    }
-
-    #[test]
-    fn parses_mig_minors() {
-        let text = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n";
-        let m = parse_mig_minors(text);
-        assert_eq!(m.len(), 4);
-        assert_eq!(m[&MigCap { gpu_minor: 0, gi: 2, ci: Some(0) }], 22);
-        assert_eq!(m[&MigCap { gpu_minor: 0, gi: 2, ci: None }], 21);
-        for name in ["gpu0/gi2/access", "gpu12/gi14/ci7/access"] {
-            assert_eq!(MigCap::parse(name).unwrap().to_string(), name);
-        }
-        for bad in ["config", "gpu0/gi2", "gpu0/gi2/ci0", "gpu0/gi2/access/x", "gpux/gi2/access"] {
-            assert_eq!(MigCap::parse(bad), None, "{bad}");
-        }
     }
 
     #[test]

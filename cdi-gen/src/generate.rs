@@ -9,9 +9,14 @@ use nvinject_cdi::{Spec, validate};
 use nvinject_gpu::{Inventory, NvmlError};
 
 use crate::build::{BuildError, Source, SpecChoices, SpecOptions, build_spec};
+use crate::devices;
 use crate::driver::{self, default_library_dirs, locate_nvml};
 use crate::root::Root;
-use crate::{devices, generator_name};
+
+/// `nvinject-cdi <version>`, the `nvinject.io/generated-by` annotation.
+pub fn generator_name() -> String {
+    format!("nvinject-cdi {}", env!("CARGO_PKG_VERSION"))
+}
 
 /// Where the GPU list comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,12 +20,7 @@ pub mod root;
 pub mod write;
 
 pub use build::{BuildError, SpecChoices, SpecOptions, build_spec, inventory_digest};
-pub use generate::{GenerateError, GenerateOptions, InventorySource, Mode, Nvml, generate};
+pub use generate::{GenerateError, GenerateOptions, InventorySource, Mode, Nvml, generate, generator_name};
 pub use naming::qualified_name;
 pub use root::Root;
 pub use write::{WriteError, write_spec};
-
-/// `nvinject-cdi <version>`, the `nvinject.io/generated-by` annotation.
-pub fn generator_name() -> String {
-    format!("nvinject-cdi {}", env!("CARGO_PKG_VERSION"))
-}

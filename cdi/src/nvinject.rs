@@ -2,7 +2,10 @@
 //! device plugin and the installer read back from them.
 //!
 //! One owner for each part, so writer and readers cannot drift apart:
-//! - the annotation keys recording how a spec was made ([`ANNOTATION_DRIVER_VERSION`], ...);
+//! - the annotation keys recording how a spec was made ([`ANNOTATION_DRIVER_VERSION`], ...), and
+//!   the key prefix of the annotations that carry CDI device requests from the device plugin to
+//!   the shim ([`CDI_ANNOTATION_PREFIX`]) with the one rule a configured prefix must follow
+//!   ([`check_annotation_prefix`]);
 //! - the default kind ([`DEFAULT_KIND`]), spec file name ([`SPEC_FILE_NAME`]) and hook path
 //!   ([`DEFAULT_HOOK_PATH`]);
 //! - how the loaded driver's version is read ([`read_driver_version`]), which
@@ -39,6 +42,69 @@ pub const ANNOTATION_GENERATED_BY: &str = "nvinject.io/generated-by";
 pub const ANNOTATION_DRIVER_ROOT: &str = "nvinject.io/driver-root";
 /// Annotation: the host dev root the spec was made from (regeneration and `fill` reuse it).
 pub const ANNOTATION_DEV_ROOT: &str = "nvinject.io/dev-root";
+
+/// The key prefix of the container annotations that carry CDI device requests
+/// (`<prefix><name>: vendor/class=name,...`): the CDI library's `AnnotationPrefix`, which
+/// containerd's own CDI support reads, and the default of both the device plugin, which writes
+/// them, and the shim, which reads them.
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// Why text cannot be an annotation key prefix. Each message says what to write instead; the
+/// caller adds where the text came from (file and field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnnotationPrefixError {
+    /// The prefix is empty, so every annotation would be read as a device request.
+    #[error(
+        "an empty prefix would make every annotation a device request: write a DNS subdomain followed \
+         by '/', e.g. {}",
+        CDI_ANNOTATION_PREFIX
+    )]
+    Empty,
+    /// The prefix is not `<domain>/`: it lacks the final `/`, or has another `/`.
+    #[error(
+        "`{prefix}` is not of the form <domain>/ (one '/', at the end): write e.g. {}",
+        CDI_ANNOTATION_PREFIX
+    )]
+    NotDomainSlash {
+        /// The prefix as given.
+        prefix: String,
+    },
+    /// The part before the `/` is not a DNS subdomain.
+    #[error(
+        "`{prefix}`: `{domain}` is not a DNS subdomain (at most 253 characters: labels of 1 to 63 \
+         letters, digits and '-', each starting and ending with a letter or digit, joined by '.'): \
+         write e.g. {}",
+        CDI_ANNOTATION_PREFIX
+    )]
+    NotDnsSubdomain {
+        /// The prefix as given.
+        prefix: String,
+        /// Its part before the `/`.
+        domain: String,
+    },
+}
+
+/// Checks a prefix that marks annotations as CDI device requests: the device plugin's
+/// `cdiAnnotationPrefix` (it writes `<prefix><name>`) and each of the shim's `[cdi]
+/// annotation-prefixes` (it reads keys that start with one). The rule is Kubernetes' for the
+/// prefix part of an annotation key, `<DNS subdomain>/`, checked lower-cased as the API server
+/// checks keys, so a key made from it is one the API server and CDI's `ParseAnnotations` accept
+/// (the CDI library writes only under [`CDI_ANNOTATION_PREFIX`]).
+pub fn check_annotation_prefix(prefix: &str) -> Result<(), AnnotationPrefixError> {
+    if prefix.is_empty() {
+        return Err(AnnotationPrefixError::Empty);
+    }
+    let Some(domain) = prefix.strip_suffix('/').filter(|d| !d.contains('/')) else {
+        return Err(AnnotationPrefixError::NotDomainSlash { prefix: prefix.to_owned() });
+    };
+    if !crate::validate::is_dns_subdomain(domain) {
+        return Err(AnnotationPrefixError::NotDnsSubdomain {
+            prefix: prefix.to_owned(),
+            domain: domain.to_owned(),
+        });
+    }
+    Ok(())
+}
 
 /// The CDI kind NVIDIA's tools use, and ours by default. As text for flag defaults and constant
 /// contexts; [`default_kind`] gives it as a [`Kind`].
@@ -736,6 +802,67 @@ mod tests {
         assert_eq!(default_kind().as_str(), DEFAULT_KIND);
         assert_eq!((default_kind().vendor(), default_kind().class()), (DEFAULT_VENDOR, DEFAULT_CLASS));
         assert!(DEFAULT_HOOK_PATH.ends_with(&format!("/{HOOK_PROGRAM}")));
+    }
+
+    #[test]
+    fn annotation_prefixes_follow_kubernetes_key_rules() {
+        let label = |n: usize| "a".repeat(n);
+        // A domain of exactly 253 characters: three labels of 63 and one of 61, joined by dots.
+        let longest = format!("{0}.{0}.{0}.{1}", label(63), label(61));
+        assert_eq!(longest.len(), 253);
+        let accepted: Vec<String> = vec![
+            CDI_ANNOTATION_PREFIX.into(),
+            "x.io/".into(),
+            "example/".into(),
+            "a/".into(),
+            "1.example.com/".into(),
+            "a-b.c-d.io/".into(),
+            // The API server lower-cases a key before checking it.
+            "CDI.k8s.io/".into(),
+            format!("{}.io/", label(63)),
+            format!("{longest}/"),
+        ];
+        for prefix in &accepted {
+            assert_eq!(check_annotation_prefix(prefix), Ok(()), "{prefix}");
+        }
+        let rejected: Vec<(String, &str)> = vec![
+            ("".into(), "empty"),
+            ("cdi.k8s.io".into(), "no '/'"),
+            ("cdi.k8s.io//".into(), "two '/'"),
+            ("a/b/".into(), "a '/' inside"),
+            ("/cdi.k8s.io/".into(), "a leading '/'"),
+            ("/".into(), "no domain"),
+            ("cdi_k8s.io/".into(), "'_' is not in DNS names"),
+            ("-cdi.io/".into(), "a label starting with '-'"),
+            ("cdi-.io/".into(), "a label ending with '-'"),
+            ("cdi..io/".into(), "an empty label"),
+            (".cdi.io/".into(), "a leading dot"),
+            ("cdi.io./".into(), "a trailing dot"),
+            (" cdi.k8s.io/".into(), "a space"),
+            ("cdi.k8s.io/*".into(), "a containerd pattern, not a prefix"),
+            (format!("{}.io/", label(64)), "a label of 64 characters"),
+            (format!("a{longest}/"), "a domain of 254 characters"),
+        ];
+        for (prefix, why) in &rejected {
+            assert!(check_annotation_prefix(prefix).is_err(), "{why}: {prefix:?} accepted");
+        }
+        // Each refusal says what is wrong and what to write.
+        assert_eq!(check_annotation_prefix(""), Err(AnnotationPrefixError::Empty));
+        assert_eq!(
+            check_annotation_prefix("cdi.k8s.io").unwrap_err().to_string(),
+            "`cdi.k8s.io` is not of the form <domain>/ (one '/', at the end): write e.g. cdi.k8s.io/"
+        );
+        let e = check_annotation_prefix("cdi_k8s.io/").unwrap_err();
+        assert_eq!(
+            e,
+            AnnotationPrefixError::NotDnsSubdomain {
+                prefix: "cdi_k8s.io/".into(),
+                domain: "cdi_k8s.io".into()
+            }
+        );
+        assert!(e.to_string().starts_with("`cdi_k8s.io/`: `cdi_k8s.io` is not a DNS subdomain"), "{e}");
+        assert!(e.to_string().ends_with("e.g. cdi.k8s.io/"), "{e}");
+        assert!(AnnotationPrefixError::Empty.to_string().contains("every annotation"));
     }
 
     #[test]

@@ -255,22 +255,27 @@ fn check_annotations(annotations: &std::collections::BTreeMap<String, String>, a
     }
 }
 
+/// True for a DNS subdomain as Kubernetes checks the prefix of an annotation or label key (RFC 1123:
+/// dot-separated labels of 1 to 63 letters, digits and '-', not starting or ending with '-', at most
+/// 253 characters), case ignored as the API server lowers keys first. The one rule for both the
+/// annotation keys of a spec and nvinject's annotation prefixes ([`crate::nvinject::check_annotation_prefix`]).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(label_ok)
+}
+
 fn annotation_key_problem(key: &str) -> Option<&'static str> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        if prefix.len() > 253 || !prefix.to_ascii_lowercase().split('.').all(label_ok) {
-            return Some("has a prefix that is not a DNS subdomain (letters, digits, '-' and '.' only)");
-        }
+    if prefix.is_some_and(|p| !is_dns_subdomain(p)) {
+        return Some("has a prefix that is not a DNS subdomain (letters, digits, '-' and '.' only)");
     }
     let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     if name.is_empty() || name.len() > 63 {

@@ -20,7 +20,6 @@ pub mod allocate;
 pub mod api;
 pub mod config;
 pub mod config_watch;
-pub mod devnodes;
 pub mod duration;
 pub mod error;
 pub mod events;

@@ -16,7 +16,6 @@ use tokio::sync::watch;
 use nvinject_cdi::Kind;
 use nvinject_device_plugin::config::{self, ConfigFile, Defaults, MAX_CONFIG_BYTES, Overrides};
 use nvinject_device_plugin::config_watch::{self, ConfigObservation, ConfigWatch};
-use nvinject_device_plugin::devnodes::{CONTROL_NODES, MigMinors};
 use nvinject_device_plugin::duration::GoDuration;
 use nvinject_device_plugin::events::{LoopConfig, NvmlXidSource, SystemClock, run_health_loop};
 use nvinject_device_plugin::freshness::{self, SpecFreshness};
@@ -31,6 +30,7 @@ use nvinject_device_plugin::settings::{
     DeviceIdStrategy, DeviceListStrategy, MigStrategy, Settings, parse_cdi_kind,
 };
 use nvinject_fsio::{Durability, WriteOptions};
+use nvinject_gpu::devnodes::{CONTROL_NODES, MigMinors};
 
 /// Kubernetes device plugin for NVIDIA GPUs. Flags override environment variables, which override
 /// the config file (NVIDIA's device plugin config format, version v1).
@@ -256,8 +256,8 @@ fn host_facts(settings: &Settings) -> HostFacts {
     let mig_minors = std::fs::read_to_string(&minors_path).ok().map(|t| MigMinors::parse(&t));
     let control_nodes = CONTROL_NODES
         .iter()
-        .filter(|p| settings.dev_root.join(p.trim_start_matches('/')).exists())
-        .map(|p| p.to_string())
+        .filter(|n| settings.dev_root.join(n.path.trim_start_matches('/')).exists())
+        .map(|n| n.path.to_string())
         .collect();
     HostFacts { mig_minors, control_nodes }
 }

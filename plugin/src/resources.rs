@@ -3,15 +3,16 @@
 //! [`plan`] is a pure function of the inventory, the settings and two facts read from the host at
 //! start (MIG capability minors, control nodes present). It applies the MIG strategy, then
 //! time-slicing, and names every device with the one naming function cdi-gen also uses, so an
-//! Allocate answer always names a device the CDI spec has.
+//! Allocate answer always names a device the CDI spec has; a device's nodes for DeviceSpecs come
+//! from the same owner as the spec's ([`nvinject_gpu::devnodes`]).
 
 use std::collections::{BTreeMap, HashMap};
 
 use nvinject_cdi::{Kind, NameError, QualifiedName};
 use nvinject_cdi_gen::qualified_name;
+use nvinject_gpu::devnodes::{self, MigMinors};
 use nvinject_gpu::{DeviceRef, Gpu, Inventory, MigProfile, NamingStrategy, TopologyLevel};
 
-use crate::devnodes::{self, MigMinors};
 use crate::resource_name::ResourceName;
 use crate::settings::{MigStrategy, ReplicaPolicy, Settings};
 
@@ -242,7 +243,8 @@ fn level_rank(l: TopologyLevel) -> u8 {
 pub struct HostFacts {
     /// The driver's MIG capability minors, when readable.
     pub mig_minors: Option<MigMinors>,
-    /// Control nodes that exist under the dev root (container paths), in [`devnodes::CONTROL_NODES`] order.
+    /// Control nodes that exist under the dev root (container paths), in [`devnodes::CONTROL_NODES`]
+    /// order.
     pub control_nodes: Vec<String>,
 }
 
@@ -382,25 +384,24 @@ pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<P
 
 fn target(d: DeviceRef<'_>, kind: &Kind, want_nodes: bool, facts: &HostFacts) -> Result<Target, PlanError> {
     let g = d.gpu();
-    let (mig, device_nodes) = match d {
-        DeviceRef::Gpu(_) => (None, if want_nodes { vec![devnodes::gpu_node(g.minor)] } else { vec![] }),
-        DeviceRef::Mig(_, m) => {
-            let nodes = if want_nodes {
-                let empty = MigMinors::default();
-                let minors = facts.mig_minors.as_ref().unwrap_or(&empty);
-                devnodes::mig_nodes(g.minor, m.gpu_instance_id, m.compute_instance_id, minors).map_err(
-                    |capability| PlanError::MigCapabilityMissing { device: m.uuid.to_string(), capability },
-                )?
-            } else {
-                vec![]
-            };
-            let mig = MigTarget {
-                gpu_instance_id: m.gpu_instance_id,
-                compute_instance_id: m.compute_instance_id,
-                profile: m.profile.clone(),
-            };
-            (Some(mig), nodes)
-        }
+    let device_nodes = if want_nodes {
+        let empty = MigMinors::default();
+        let minors = facts.mig_minors.as_ref().unwrap_or(&empty);
+        let nodes = devnodes::device_nodes(d, minors).map_err(|missing| PlanError::MigCapabilityMissing {
+            device: d.uuid().to_owned(),
+            capability: missing.0.to_string(),
+        })?;
+        nodes.into_iter().map(|n| n.path.into_owned()).collect()
+    } else {
+        vec![]
+    };
+    let mig = match d {
+        DeviceRef::Gpu(_) => None,
+        DeviceRef::Mig(_, m) => Some(MigTarget {
+            gpu_instance_id: m.gpu_instance_id,
+            compute_instance_id: m.compute_instance_id,
+            profile: m.profile.clone(),
+        }),
     };
     Ok(Target {
         uuid: d.uuid().to_owned(),

@@ -131,7 +131,8 @@ pub struct Settings {
     pub device_list_strategies: Vec<DeviceListStrategy>,
     /// Identifier passed by `envvar` and `volume-mounts`.
     pub device_id_strategy: DeviceIdStrategy,
-    /// Key prefix of the CDI annotation.
+    /// Key prefix of the CDI annotation, `<DNS subdomain>/` (checked by the rule the shim's
+    /// prefixes follow, `nvinject_cdi::nvinject::check_annotation_prefix`).
     pub cdi_annotation_prefix: String,
     /// CDI kind of the device names.
     pub cdi_kind: Kind,

@@ -1,7 +1,9 @@
 //! Property tests for the plugin config loader: arbitrary YAML/JSON-ish text never panics, and
 //! every refusal names the file (and, for a field error, the field); the plugin accepts exactly
 //! the CDI kinds the shim accepts (its config loader, `nvinject_shim_config`, and
-//! `nvinject_cdi::Kind`). Fixed case counts, no failure files, so CI time is bounded.
+//! `nvinject_cdi::Kind`), and exactly the annotation prefixes the shim accepts (both by
+//! `nvinject_cdi::nvinject::check_annotation_prefix`). Fixed case counts, no failure files, so CI
+//! time is bounded.
 
 use std::path::Path;
 
@@ -262,5 +264,89 @@ fn cdi_kind_rows() {
             && e.contains("vendor `1nvidia.com` must start with a letter")
             && e.contains("e.g. nvidia.com/gpu"),
         "{e}"
+    );
+}
+
+/// What the plugin makes of `prefix` as `flags.plugin.cdiAnnotationPrefix` in a file and as
+/// `--cdi-annotation-prefix`/`CDI_ANNOTATION_PREFIX`: the prefix it would write keys under, or the
+/// refusal. Both must agree.
+fn plugin_prefix(prefix: &str) -> Result<String, String> {
+    let quoted = prefix.replace('\\', "\\\\").replace('"', "\\\"");
+    let text = format!("flags:\n  plugin:\n    cdiAnnotationPrefix: \"{quoted}\"\n");
+    let from_file = parse_file(&text, Path::new(ORIGIN))
+        .and_then(|file| resolve(&file, ORIGIN, &Overrides::default(), &defaults()))
+        .map(|r| r.settings.cdi_annotation_prefix)
+        .map_err(|e| e.to_string());
+    let over = Overrides { cdi_annotation_prefix: Some(prefix.to_owned()), ..Default::default() };
+    let from_flag = resolve(&Default::default(), "(no config file)", &over, &defaults())
+        .map(|r| r.settings.cdi_annotation_prefix)
+        .map_err(|e| e.to_string());
+    assert_eq!(from_file.is_ok(), from_flag.is_ok(), "{prefix:?}: file {from_file:?}, flag {from_flag:?}");
+    if let Err(e) = &from_file {
+        assert!(e.contains("fuzz-config.yaml") && e.contains("flags.plugin.cdiAnnotationPrefix"), "{e}");
+    }
+    from_file
+}
+
+/// What the shim's config loader (`[cdi] annotation-prefixes`) makes of the same prefix.
+fn shim_prefix(prefix: &str) -> Result<(), String> {
+    let quoted = prefix.replace('\\', "\\\\").replace('"', "\\\"");
+    let text = format!("[cdi]\nannotation-prefixes = [\"{quoted}\"]\n");
+    nvinject_shim_config::Config::parse(&text, Path::new("/etc/nvinject/config.toml"))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Prefix-like text: DNS-ish domains, odd characters, around the length limits (63, 253), with
+/// and without the final `/`.
+fn prefix_text() -> impl Strategy<Value = String> {
+    let domain = prop_oneof![
+        "[a-zA-Z0-9._-]{0,12}",
+        "[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?){0,3}",
+        "[a-z]{60,66}",
+        "([a-z]{63}\\.){3}[a-z]{0,3}",
+        "[a-z0-9 :=/*\"\\\\]{0,4}",
+    ];
+    let end = prop_oneof![4 => Just("/"), 1 => Just(""), 1 => Just("//"), 1 => Just("/x")];
+    (domain, end).prop_map(|(d, e)| format!("{d}{e}"))
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn the_plugin_accepts_exactly_the_prefixes_the_shim_accepts(prefix in prefix_text()) {
+        let plugin = plugin_prefix(&prefix);
+        let shim = shim_prefix(&prefix);
+        prop_assert_eq!(plugin.is_ok(), shim.is_ok(), "{:?}: plugin {:?}, shim {:?}", prefix, plugin, shim);
+        if let Ok(p) = &plugin {
+            prop_assert_eq!(p, &prefix);
+        }
+    }
+}
+
+#[test]
+fn cdi_annotation_prefix_rows() {
+    let rows: &[(&str, bool, &str)] = &[
+        ("cdi.k8s.io/", true, "the default"),
+        ("example.com/", true, "another domain"),
+        ("cdi.k8s.io", false, "no '/'"),
+        ("cdi.k8s.io/x/", false, "two '/'"),
+        ("cdi_k8s.io/", false, "'_' in the domain"),
+        ("a/", true, "a one-label domain"),
+        ("/", false, "no domain"),
+        ("", false, "empty"),
+    ];
+    for (prefix, accepted, why) in rows {
+        let plugin = plugin_prefix(prefix);
+        assert_eq!(plugin.is_ok(), *accepted, "{why}: {prefix:?}: {plugin:?}");
+        assert_eq!(shim_prefix(prefix).is_ok(), *accepted, "{why}: {prefix:?}: the shim disagrees");
+    }
+    // The refusal names the file and field, what is wrong and what to write.
+    let e = plugin_prefix("cdi.k8s.io").unwrap_err();
+    assert_eq!(
+        e,
+        "/etc/nvinject/fuzz-config.yaml: field `flags.plugin.cdiAnnotationPrefix`: `cdi.k8s.io` is not of \
+         the form <domain>/ (one '/', at the end): write e.g. cdi.k8s.io/"
     );
 }

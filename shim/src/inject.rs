@@ -254,9 +254,9 @@ impl Injector {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
         }
-        let hook_path = crate::mount_hook::hook_path_for_nvidia(&edits.hooks, self.hook_path.as_deref());
+        let hook_path = crate::nvidia_hooks::hook_path_for_nvidia(&edits.hooks, self.hook_path.as_deref());
         outcome.nvidia_hooks =
-            crate::mount_hook::translate_nvidia_hooks(&mut edits.hooks, &hook_path, &|p| {
+            crate::nvidia_hooks::translate_nvidia_hooks(&mut edits.hooks, &hook_path, &|p| {
                 Path::new(p).exists()
             })
             .iter()
@@ -281,7 +281,7 @@ impl Injector {
             error,
         })?;
         if self.one_hook_run
-            && let Some(hook_path) = crate::mount_hook::nvinject_hook_path(&edits.hooks)
+            && let Some(hook_path) = crate::nvidia_hooks::nvinject_hook_path(&edits.hooks)
         {
             let folded = crate::mount_hook::fold_into_one_run(&mut oci, &edits.mounts, hook_path);
             outcome.mounts_in_hook = folded.mounts;

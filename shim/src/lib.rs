@@ -17,6 +17,7 @@ pub mod freshness;
 pub mod inject;
 pub mod inner;
 pub mod mount_hook;
+pub mod nvidia_hooks;
 pub mod proxy;
 pub mod regenerate;
 pub mod reply;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nvinject_cdi::Kind;
+use nvinject_cdi::nvinject::{CDI_ANNOTATION_PREFIX, check_annotation_prefix};
 
 use super::error::ConfigError;
 use super::file::{ConfigFile, CriticalXidsFile, FileHealth, FileTimeSlicing, OneOrMany};
@@ -182,13 +183,10 @@ pub fn resolve(
     }
 
     let cdi_annotation_prefix = pick(&overrides.cdi_annotation_prefix, &plugin.cdi_annotation_prefix)
-        .unwrap_or_else(|| "cdi.k8s.io/".to_owned());
-    if !cdi_annotation_prefix.ends_with('/') || cdi_annotation_prefix.len() < 2 {
-        return Err(err(
-            "flags.plugin.cdiAnnotationPrefix",
-            format!("`{cdi_annotation_prefix}` must be a domain followed by '/', e.g. cdi.k8s.io/"),
-        ));
-    }
+        .unwrap_or_else(|| CDI_ANNOTATION_PREFIX.to_owned());
+    // The shim's rule for the prefixes it reads, so every key written here is one it reads.
+    check_annotation_prefix(&cdi_annotation_prefix)
+        .map_err(|e| err("flags.plugin.cdiAnnotationPrefix", e.to_string()))?;
     // Flag and file values were parsed with CDI's rules where they were read.
     let cdi_kind =
         pick(&overrides.cdi_kind, &plugin.cdi_kind).unwrap_or_else(nvinject_cdi::nvinject::default_kind);
@@ -546,6 +544,16 @@ sharing:
             ("health:\n  ignoredXIDs: [79]\n  criticalXIDs: [79]\n", "health.criticalXIDs", "79"),
             ("health:\n  recoveryPeriod: soon\n", "health.recoveryPeriod", "duration"),
             ("flags:\n  gdsEnabled: true\n", "flags.gdsEnabled", "not supported"),
+            (
+                "flags:\n  plugin:\n    cdiAnnotationPrefix: cdi.k8s.io\n",
+                "flags.plugin.cdiAnnotationPrefix",
+                "e.g. cdi.k8s.io/",
+            ),
+            (
+                "flags:\n  plugin:\n    cdiAnnotationPrefix: cdi_k8s.io/\n",
+                "flags.plugin.cdiAnnotationPrefix",
+                "not a DNS subdomain",
+            ),
             ("flags:\n  plugin:\n    metricsAddress: everywhere\n", "metricsAddress", "host:port"),
             ("flags: [\n", "flags", "a mapping"),
             // The scanner fails before the key is handed over: the path stops at its parent.

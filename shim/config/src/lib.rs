@@ -4,7 +4,9 @@
 //!
 //! Every key is optional and has the default documented in `shim/README.md`; unknown keys are
 //! rejected with their name so a typo never silently changes behaviour. Values that name a CDI kind
-//! are held as [`nvinject_cdi::Kind`], checked once when the file is read.
+//! are held as [`nvinject_cdi::Kind`], checked once when the file is read; annotation prefixes
+//! follow the one rule the device plugin's prefix follows too
+//! ([`nvinject_cdi::nvinject::check_annotation_prefix`]).
 //!
 //! Boundary: pure data and text. It reads one file ([`Config::load`]) and nothing else; it must
 //! never depend on the shim's runtime crates (ttrpc, containerd-shim, protobuf) or on NVML.
@@ -12,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use nvinject_cdi::Kind;
+use nvinject_cdi::nvinject::{CDI_ANNOTATION_PREFIX, check_annotation_prefix};
 use serde::{Deserialize, Serialize};
 
 /// Where the configuration lives unless `NVINJECT_CONFIG` or `--config` says otherwise.
@@ -44,7 +47,7 @@ pub struct CdiConfig {
     pub spec_dirs: Vec<PathBuf>,
     /// Kind given to bare device ids (`1`, `GPU-...`) in requests.
     pub default_kind: Kind,
-    /// Annotation key prefixes whose values are CDI device requests.
+    /// Annotation key prefixes whose values are CDI device requests, each `<DNS subdomain>/`.
     pub annotation_prefixes: Vec<String>,
 }
 
@@ -53,7 +56,7 @@ impl Default for CdiConfig {
         CdiConfig {
             spec_dirs: nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect(),
             default_kind: nvinject_cdi::nvinject::default_kind(),
-            annotation_prefixes: vec!["cdi.k8s.io/".to_owned()],
+            annotation_prefixes: vec![CDI_ANNOTATION_PREFIX.to_owned()],
         }
     }
 }
@@ -203,7 +206,7 @@ pub enum ConfigError {
         /// The offending value.
         value: String,
         /// What to write instead.
-        fix: &'static str,
+        fix: String,
     },
 }
 
@@ -263,11 +266,11 @@ impl Config {
 impl ConfigFile {
     /// The checked configuration, or the first unusable value in the order the keys are checked.
     fn check(self, path: &Path) -> Result<Config, ConfigError> {
-        let invalid = |key, value: &dyn std::fmt::Debug, fix| ConfigError::Invalid {
+        let invalid = |key, value: &dyn std::fmt::Debug, fix: &str| ConfigError::Invalid {
             path: path.to_owned(),
             key,
             value: format!("{value:?}"),
-            fix,
+            fix: fix.to_owned(),
         };
         if !["error", "warn", "info", "debug", "trace"].contains(&self.runtime.log_level.as_str()) {
             return Err(invalid(
@@ -287,12 +290,10 @@ impl ConfigFile {
                 "write vendor/class as CDI names it (letters, digits, '-', '_', '.'), e.g. nvidia.com/gpu",
             )
         })?;
-        if self.cdi.annotation_prefixes.iter().any(|p| p.is_empty()) {
-            return Err(invalid(
-                "cdi.annotation-prefixes",
-                &self.cdi.annotation_prefixes,
-                "an empty prefix would treat every annotation as a device request",
-            ));
+        // The device plugin's prefix follows the same rule, so what one writes the other can read.
+        for prefix in &self.cdi.annotation_prefixes {
+            check_annotation_prefix(prefix)
+                .map_err(|e| invalid("cdi.annotation-prefixes", prefix, &e.to_string()))?;
         }
         if let Some(dir) = &self.regenerate.mps_pipe_dir
             && (!dir.is_absolute() || dir.parent().is_none())
@@ -408,6 +409,8 @@ mod tests {
             ("[cdi]\ndefault-kind = \"nvidia.com/g pu\"", "cdi.default-kind"),
             ("[cdi]\ndefault-kind = \"-nvidia.com/gpu\"", "cdi.default-kind"),
             ("[cdi]\nannotation-prefixes = [\"\"]", "cdi.annotation-prefixes"),
+            ("[cdi]\nannotation-prefixes = [\"cdi.k8s.io/\", \"cdi.k8s.io\"]", "cdi.annotation-prefixes"),
+            ("[cdi]\nannotation-prefixes = [\"cdi_k8s.io/\"]", "cdi.annotation-prefixes"),
             ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
             ("[regenerate]\nmps-pipe-dir = \"nvidia-mps\"", "regenerate.mps-pipe-dir"),
             ("[regenerate]\nmps-pipe-dir = \"/\"", "regenerate.mps-pipe-dir"),
@@ -421,6 +424,22 @@ mod tests {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn annotation_prefixes_are_checked_by_the_cdi_contract_rule() {
+        assert_eq!(Config::default().cdi.annotation_prefixes, [CDI_ANNOTATION_PREFIX]);
+        // The message names the file, the key, the prefix refused (quoted as every value is), why
+        // and what to write.
+        let err = parse("[cdi]\nannotation-prefixes = [\"cdi.k8s.io/\", \"x.io\"]").unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { key: "cdi.annotation-prefixes", .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "/etc/nvinject/config.toml: cdi.annotation-prefixes = \"\\\"x.io\\\"\": `x.io` is not of the form \
+             <domain>/ (one '/', at the end): write e.g. cdi.k8s.io/"
+        );
+        let err = parse("[cdi]\nannotation-prefixes = [\"\"]").unwrap_err().to_string();
+        assert!(err.contains("every annotation a device request"), "{err}");
     }
 
     #[test]
