@@ -12,12 +12,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nvinject_integration::cluster::fleet::{API_ADDRESS, Fleet, JoinSpec};
-use nvinject_integration::cluster::{
+use nvinject_cluster_harness::fleet::{API_ADDRESS, Fleet, JoinSpec};
+use nvinject_cluster_harness::{
     CONTAINERD_RESTART_DELAY, GPU_NODE_LABEL, SimRoots, cluster_artifacts, test_overlay,
 };
-use nvinject_integration::namespace::isolated;
-use nvinject_integration::release_image;
+use nvinject_image_tool::release_image;
+use nvinject_node_harness::artifacts;
+use nvinject_node_harness::namespace::isolated;
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -48,7 +49,7 @@ fn main() {
     let sizes = sizes();
     let restart_delay = restart_delay();
     let artifacts = cluster_artifacts().unwrap_or_else(|e| panic!("{e}"));
-    let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+    let bin_dir = artifacts::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
     let installer = bin_dir.join("nvinject-installer");
     let image_name = release_image::manifests_image(&installer).unwrap_or_else(|e| panic!("{e}"));
     let simnode = simnode_bin("nvinject-simnode");

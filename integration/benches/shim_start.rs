@@ -5,7 +5,7 @@
 //! ```
 //!
 //! On the simulated 8-GPU node, one private containerd (Debian 12's 1.6, or the build
-//! `NVINJECT_CONTAINERD=1.7|2.1` selects, see `nvinject_integration::containerd`; its version is
+//! `NVINJECT_CONTAINERD=1.7|2.1` selects, see `nvinject_node_harness::containerd`; its version is
 //! printed first) and one image, `ctr run --rm` wall time
 //! (container create, start, exit, delete) for, interleaved:
 //! - `runc`: containerd's runc shim alone (`io.containerd.runc.v2`);
@@ -32,8 +32,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_IMAGE, PROBE_PATH, RUNC_RUNTIME, RunOptions};
-use nvinject_integration::process;
+use nvinject_node_harness::node::{GpuNode, NodeOptions, PROBE_IMAGE, PROBE_PATH, RUNC_RUNTIME, RunOptions};
+use nvinject_node_harness::process;
 use serde_json::Value;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -19,17 +19,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nvinject_integration::cluster::fleet::{API_ADDRESS, Fleet, JoinSpec};
-use nvinject_integration::cluster::{
-    self, CONTAINERD_RESTART_DELAY, Cluster, ClusterArtifacts, ClusterOptions, GPU_NODE_LABEL,
+use nvinject_cluster_harness::fleet::{API_ADDRESS, Fleet, JoinSpec};
+use nvinject_cluster_harness::{
+    self as cluster, CONTAINERD_RESTART_DELAY, Cluster, ClusterArtifacts, ClusterOptions, GPU_NODE_LABEL,
     PreparedCluster, SimRoots, condition, test_overlay,
 };
-use nvinject_integration::containerd::ctr_command;
-use nvinject_integration::image::{self, ImageSpec};
-use nvinject_integration::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
-use nvinject_integration::kubelet::{self, KubeletError};
-use nvinject_integration::namespace::{Inside, isolated};
-use nvinject_integration::release_image;
+use nvinject_image_tool::image::{self, ImageSpec};
+use nvinject_image_tool::release_image;
+use nvinject_node_harness::artifacts;
+use nvinject_node_harness::containerd::ctr_command;
+use nvinject_node_harness::kubelet::node::{CONTAINERD_CONFIG, CONTAINERD_SOCKET};
+use nvinject_node_harness::kubelet::{self, KubeletError};
+use nvinject_node_harness::namespace::{Inside, isolated};
 use nvinject_simnode::artifacts::{simnode_bin, static_hook};
 use serde_json::{Value, json};
 
@@ -98,7 +99,7 @@ struct Binaries {
 
 impl Binaries {
     fn find() -> Self {
-        let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+        let bin_dir = artifacts::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
         let installer = bin_dir.join("nvinject-installer");
         Binaries { installer, hook: static_hook(), simnode: simnode_bin("nvinject-simnode"), bin_dir }
     }
@@ -316,7 +317,7 @@ fn run_plain(cluster: &mut Cluster, name: &str) -> Value {
 /// Every path below the node's host root with its kind (`d`, `f`, `l`), sorted; containerd's own
 /// run directory (sockets, shims' state) and the simulated node bound in at `sim` are left out.
 fn host_root_tree(root: &Path, sim: &Path) -> Vec<String> {
-    let sim = nvinject_integration::cluster::in_root(root, sim);
+    let sim = nvinject_cluster_harness::in_root(root, sim);
     let walk_root = root;
     fn walk(root: &Path, skip: &Path, dir: &Path, out: &mut Vec<String>) {
         for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

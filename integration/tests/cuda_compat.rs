@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvinject_integration::attack::{self, CtrRun, ImageFile};
-use nvinject_integration::image::ImageSpec;
-use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_PATH, parse_report};
-use nvinject_integration::process;
+use nvinject_image_tool::image::ImageSpec;
+use nvinject_node_harness::attack::{self, CtrRun, ImageFile};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, PROBE_PATH, parse_report};
+use nvinject_node_harness::process;
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());

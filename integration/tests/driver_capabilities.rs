@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use nvinject_integration::node::{GpuNode, NodeOptions, RunOptions, RunResult, report_devices};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, RunOptions, RunResult, report_devices};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());

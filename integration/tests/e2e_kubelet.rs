@@ -14,10 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nvinject_integration::kubelet::node::CONTAINERD_CONFIG;
-use nvinject_integration::kubelet::{self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod};
-use nvinject_integration::namespace::{self, isolated};
-use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
+use nvinject_node_harness::kubelet::node::CONTAINERD_CONFIG;
+use nvinject_node_harness::kubelet::{
+    self, KubeNode, KubeletArtifacts, NodeOptions, PreparedNode, StaticPod,
+};
+use nvinject_node_harness::namespace::{self, isolated};
+use nvinject_node_harness::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
 use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook, static_shim};
 use nvinject_simnode::description::NodeDescription;
 use serde_json::Value;

@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nvinject_integration::containerd::{ContainerdBuild, ctr_command, remove_all_containers};
-use nvinject_integration::cri::{ContainerRequest, CriClient};
-use nvinject_integration::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
-use nvinject_integration::{mounts, namespace, process};
+use nvinject_node_harness::containerd::{ContainerdBuild, ctr_command, remove_all_containers};
+use nvinject_node_harness::cri::{ContainerRequest, CriClient};
+use nvinject_node_harness::node::{PROBE_IMAGE, PROBE_PATH, parse_report, probe_image, report_devices};
+use nvinject_node_harness::{mounts, namespace, process};
 use nvinject_simnode::artifacts::{artifact, simnode_bin, static_hook, static_shim};
 use serde_json::Value;
 

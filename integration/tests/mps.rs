@@ -1,6 +1,6 @@
 //! Issue 12 on real parts: an MPS client in a GPU container reaches the host's MPS control daemon
 //! through the pipe directory the spec mounts, and only when the spec was generated with
-//! `--mps-pipe-dir`. The host side is [`nvinject_integration::mps::MpsDaemon`]: the files NVIDIA's
+//! `--mps-pipe-dir`. The host side is [`nvinject_node_harness::mps::MpsDaemon`]: the files NVIDIA's
 //! daemon keeps in its `CUDA_MPS_PIPE_DIRECTORY` (the `control` and `control_privileged`
 //! seqpacket sockets, the `log` FIFO, the lock and PID files), owned by root, in the simulated
 //! node's `tmp/nvidia-mps`, with a thread answering. The container (our shim, a private
@@ -13,9 +13,9 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nvinject_integration::mps::{self, MpsDaemon, Received, Seen};
-use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_PATH, RunOptions, RunResult};
-use nvinject_integration::process;
+use nvinject_node_harness::mps::{self, MpsDaemon, Received, Seen};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, PROBE_PATH, RunOptions, RunResult};
+use nvinject_node_harness::process;
 use serde_json::Value;
 
 /// The client's part, as uid 1000. `CUDA_MPS_PIPE_DIRECTORY` unset means the default folder, as

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
 
-use nvinject_integration::node::{GpuNode, NodeOptions, RunOptions, report_devices};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, RunOptions, report_devices};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());

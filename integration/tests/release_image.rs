@@ -1,17 +1,18 @@
-//! nvinject's own image (`./x image`, [`nvinject_integration::release_image`]) on real parts:
+//! nvinject's own image (`./x image`, [`nvinject_image_tool::release_image`]) on real parts:
 //! built twice from the same binaries (under different umasks) it has the same digest, a private containerd imports it, every
 //! binary runs inside it under runc (the hook as the static build), and the manifests its own
 //! installer renders name exactly this image. Needs root (CI runs as root).
 
 use std::path::Path;
 
-use nvinject_integration::containerd::{Containerd, ContainerdOptions};
-use nvinject_integration::process;
-use nvinject_integration::release_image::{self, BIN_DIR, BINARIES, ReleaseInputs};
+use nvinject_image_tool::release_image::{self, BIN_DIR, BINARIES, ReleaseInputs};
+use nvinject_node_harness::artifacts;
+use nvinject_node_harness::containerd::{Containerd, ContainerdOptions};
+use nvinject_node_harness::process;
 use nvinject_simnode::artifacts::{artifact, static_hook};
 
 fn inputs() -> ReleaseInputs {
-    let bin_dir = release_image::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+    let bin_dir = artifacts::this_build_bin_dir().unwrap_or_else(|e| panic!("{e}"));
     let installer = bin_dir.join("nvinject-installer");
     let name = release_image::manifests_image(&installer).unwrap_or_else(|e| panic!("{e}"));
     ReleaseInputs { name, bin_dir, hook: static_hook() }

@@ -26,12 +26,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvinject_integration::image::{self, ImageSpec};
-use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_IMAGE};
-use nvinject_integration::rootfs_attack::{
+use nvinject_image_tool::image::{self, ImageSpec};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, PROBE_IMAGE};
+use nvinject_node_harness::rootfs_attack::{
     self as attack, BoundedRun, DECOY_LIB, DECOY_SONAME, Decoy, LIB_DIR, TreeSnapshot, Walk,
 };
-use nvinject_integration::{mounts, process};
+use nvinject_node_harness::{mounts, process};
 use nvinject_simnode::artifacts::artifact;
 use serde_json::Value;
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nvinject_integration::process;
+use nvinject_node_harness::process;
 use nvinject_simnode::artifacts::{artifact, static_shim};
 
 const CONFIG: &str = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n\n[plugins]\n  \

@@ -20,10 +20,10 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvinject_integration::attack::{self, Bounded, Check, CtrRun, ImageFile, Payloads};
-use nvinject_integration::image::ImageSpec;
-use nvinject_integration::node::{GpuNode, NodeOptions, PROBE_IMAGE};
-use nvinject_integration::process;
+use nvinject_image_tool::image::ImageSpec;
+use nvinject_node_harness::attack::{self, Bounded, Check, CtrRun, ImageFile, Payloads};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, PROBE_IMAGE};
+use nvinject_node_harness::process;
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -1,6 +1,6 @@
 //! Issue 4's scenarios on real parts: a private containerd (Debian 12's 1.6 by default;
 //! `NVINJECT_CONTAINERD=1.7` or `2.1`, and `NVINJECT_CONTAINERD_CDI=on|off`, pick another build, see
-//! `nvinject_integration::containerd`) and runc from Debian, our shim and hook as containerd runs them, the probe reporting from inside each container, on the simulated
+//! `nvinject_node_harness::containerd`) and runc from Debian, our shim and hook as containerd runs them, the probe reporting from inside each container, on the simulated
 //! 8-GPU node (and the MIG preset for scenario 5). Needs root (CI runs as root).
 //!
 //! The tests run one at a time (they share two CPU cores and the host's `/run/containerd/s`).
@@ -9,11 +9,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvinject_integration::cri::{ContainerRequest, CriClient};
-use nvinject_integration::node::{
+use nvinject_image_tool::image;
+use nvinject_node_harness::cri::{ContainerRequest, CriClient};
+use nvinject_node_harness::node::{
     GpuNode, NodeOptions, RUNC_RUNTIME, RunOptions, parse_report, report_devices,
 };
-use nvinject_integration::{image, mounts, process};
+use nvinject_node_harness::{mounts, process};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -292,8 +293,8 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
     for (name, gpu) in [("first", 1), ("second", 2)] {
         let req = ContainerRequest {
             name: name.into(),
-            image: nvinject_integration::node::PROBE_IMAGE.into(),
-            command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+            image: nvinject_node_harness::node::PROBE_IMAGE.into(),
+            command: vec![nvinject_node_harness::node::PROBE_PATH.into(), "report".into()],
             annotations: HashMap::from([(
                 "cdi.k8s.io/nvinject-device-plugin_x".to_owned(),
                 format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)),
@@ -325,8 +326,8 @@ fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
     // (where containerd sends the task Create) with the shim's reason. The pod keeps working.
     let bad = ContainerRequest {
         name: "bad".into(),
-        image: nvinject_integration::node::PROBE_IMAGE.into(),
-        command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+        image: nvinject_node_harness::node::PROBE_IMAGE.into(),
+        command: vec![nvinject_node_harness::node::PROBE_PATH.into(), "report".into()],
         annotations: HashMap::from([("cdi.k8s.io/x".to_owned(), "nvidia.com/gpu=42".to_owned())]),
         ..Default::default()
     };
@@ -390,7 +391,7 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
     image::assemble_root(&spec, &rootfs).unwrap();
     let mut config = sandbox_spec.clone();
     config["root"] = serde_json::json!({"path": rootfs, "readonly": false});
-    config["process"]["args"] = serde_json::json!([nvinject_integration::node::PROBE_PATH, "report"]);
+    config["process"]["args"] = serde_json::json!([nvinject_node_harness::node::PROBE_PATH, "report"]);
     config["process"]["terminal"] = Value::Bool(false);
     let annotations = config["annotations"].as_object_mut().unwrap();
     annotations.insert("io.kubernetes.cri.container-type".into(), "container".into());
@@ -541,8 +542,8 @@ fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no
             let checked = check.then(|| freshness.ensure_fresh().unwrap_or_else(|e| panic!("{name}: {e}")));
             let req = ContainerRequest {
                 name: name.into(),
-                image: nvinject_integration::node::PROBE_IMAGE.into(),
-                command: vec![nvinject_integration::node::PROBE_PATH.into(), "report".into()],
+                image: nvinject_node_harness::node::PROBE_IMAGE.into(),
+                command: vec![nvinject_node_harness::node::PROBE_PATH.into(), "report".into()],
                 annotations: HashMap::from([(
                     "cdi.k8s.io/nvinject-device-plugin_heal".to_owned(),
                     format!("nvidia.com/gpu={}", node.gpu_uuid(gpu)),

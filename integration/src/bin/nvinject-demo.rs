@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use nvinject_integration::node::{GpuNode, NodeOptions, RunOptions, report_devices};
+use nvinject_node_harness::node::{GpuNode, NodeOptions, RunOptions, report_devices};
 use serde_json::Value;
 
 fn main() {

@@ -7,9 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-mod schema;
-
-pub use schema::{
+pub use crate::schema::{
     Architecture, ComputeInstanceDescription, DriverDescription, DriverPackage, FieldProblem, GpuDescription,
     GpuInstanceDescription, MigDescription, NodeDescription, NvLinkDescription, Telemetry,
 };

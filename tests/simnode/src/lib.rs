@@ -17,5 +17,8 @@ pub mod embed;
 pub mod events;
 pub mod mig;
 pub mod presets;
+// The description's types, apart from its loading and checks, so that `mig` (which `description`
+// calls to check MIG layouts) can use them without a cycle; public through `description`.
+mod schema;
 
 pub use description::{DescriptionError, NodeDescription};

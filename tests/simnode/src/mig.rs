@@ -24,7 +24,7 @@
 
 use std::fmt::Write as _;
 
-use crate::description::{FieldProblem, GpuDescription, NodeDescription};
+use crate::schema::{FieldProblem, GpuDescription, NodeDescription};
 
 /// Minor of the `config` capability (`/dev/nvidia-caps/nvidia-cap1`).
 pub const CONFIG_MINOR: u32 = 1;
