@@ -3,6 +3,8 @@
 
 use nvinject_fsio::root::RootError;
 
+use crate::work::ScanWork;
+
 /// Why a plan or a cache read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LdCacheError {
@@ -39,5 +41,22 @@ pub enum LdCacheError {
         what: &'static str,
         /// The limit.
         limit: usize,
+    },
+    /// The scan went past its work budget ([`crate::Options::work_budget`]): the image's library
+    /// folders hold far more names, or larger or odder ELF files, than any distribution's.
+    #[error(
+        "scanning {dir}: the library scan went past its work budget of {budget} units ({work}); the \
+         image's library folders are built oddly (far more names, or larger or odder ELF files, than \
+         any distribution ships). Ship a current /etc/ld.so.cache in the image (run its own ldconfig \
+         when building it) so that only the injected folders are scanned, or raise the scan's work \
+         budget for this image"
+    )]
+    WorkBudget {
+        /// The folder being scanned, inside the root.
+        dir: String,
+        /// The budget, in [`ScanWork::units`].
+        budget: u64,
+        /// What the scan had done when it stopped.
+        work: ScanWork,
     },
 }

@@ -24,12 +24,18 @@
 //! such entries (bullseye's would list them in `ldconfig -p`, its own ldconfig would not write
 //! them).
 //!
+//! The scan runs as root over an image's files at every container start, so its cost is bounded
+//! whatever the image holds (issue 32): the ELF reader bounds each file ([`elf`]), each file
+//! (device and inode) is read once per run however many names lead to it, and a run that goes past
+//! [`Options::work_budget`] ([`ScanWork::units`]) stops with [`LdCacheError::WorkBudget`].
+//!
 //! Not modelled: legacy hwcap and platform subdirectories (`tls`, `haswell`, ...; skipped: the
 //! loader still finds those libraries through the main directory, and glibc 2.37 dropped them),
 //! the per-entry minimum kernel version that ldconfig before 2.36 records (we write 0, as 2.36+
 //! does), and removal of dangling `*.so.*` links (ldconfig deletes them; we leave them).
 
 use std::collections::{BTreeSet, HashMap};
+use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -40,9 +46,14 @@ mod conf;
 pub mod elf;
 mod error;
 pub mod format;
+#[cfg(test)]
+#[path = "../tests/support/synth_elf.rs"]
+pub(crate) mod synth_elf;
+mod work;
 
 pub use error::LdCacheError;
 pub use format::{Entry, host_arch_flags, parse};
+pub use work::{DEFAULT_WORK_BUDGET, LISTED_UNITS, PATH_UNITS, READ_UNITS, ScanWork};
 
 /// The cache file inside a root.
 pub const CACHE_PATH: &str = "/etc/ld.so.cache";
@@ -123,8 +134,8 @@ pub const MAX_ENTRIES: usize = 1 << 18;
 /// KiB); a larger one gets the full scan, with its own limits.
 pub const MAX_CACHE_BYTES: u64 = 16 << 20;
 
-/// What to add to the image's own configuration.
-#[derive(Debug, Clone, Default)]
+/// What to add to the image's own configuration, and how much work the scan may do.
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Folders scanned before everything else, absolute inside the root: the image's CUDA
     /// forward-compatibility directory when its libraries are to take precedence over the
@@ -135,6 +146,65 @@ pub struct Options {
     /// Injected folders, absolute inside the root; scanned next, as ldconfig's command-line
     /// folders are.
     pub extra_dirs: Vec<PathBuf>,
+    /// The work the scan may do, in [`ScanWork::units`], before it stops with
+    /// [`LdCacheError::WorkBudget`]: [`DEFAULT_WORK_BUDGET`] by default, hundreds of times what a
+    /// distribution's full scan costs.
+    pub work_budget: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { first_dirs: Vec::new(), extra_dirs: Vec::new(), work_budget: DEFAULT_WORK_BUDGET }
+    }
+}
+
+/// One run: the root, the work done against the budget, and what each file read gave.
+struct Scan<'a> {
+    root: &'a Root,
+    budget: u64,
+    work: ScanWork,
+    /// Each file is read once per run, by device and inode: the links and other names that lead
+    /// to it reuse what it gave.
+    inspected: HashMap<(u64, u64), Option<elf::Library>>,
+}
+
+impl<'a> Scan<'a> {
+    fn new(root: &'a Root, options: &Options) -> Self {
+        Scan { root, budget: options.work_budget, work: ScanWork::default(), inspected: HashMap::new() }
+    }
+
+    /// An error once the work done passes the budget, naming the folder being scanned.
+    fn within_budget(&self, dir: &str) -> Result<(), LdCacheError> {
+        if self.work.units() <= self.budget {
+            return Ok(());
+        }
+        Err(LdCacheError::WorkBudget { dir: dir.to_owned(), budget: self.budget, work: self.work })
+    }
+
+    /// What the open file `path` is as a library, read once per device and inode.
+    fn library(&mut self, path: &str, file: &File, meta: &Metadata) -> Option<elf::Library> {
+        let id = (meta.dev(), meta.ino());
+        if let Some(known) = self.inspected.get(&id) {
+            return known.clone();
+        }
+        let got = elf::examine(file, meta.len());
+        self.work.add_file(&got.work);
+        if let Some(limit) = got.over_limit {
+            tracing::warn!(
+                file = path,
+                %limit,
+                "not taken as a library: it goes past a limit of the ELF reader that no real library comes near"
+            );
+        }
+        self.inspected.insert(id, got.library.clone());
+        got.library
+    }
+
+    /// `Root::metadata`, counted.
+    fn metadata(&mut self, path: &str) -> Result<Option<Metadata>, RootError> {
+        self.work.paths_resolved += 1;
+        self.root.metadata(Path::new(path))
+    }
 }
 
 /// What to write: the cache bytes (for [`CACHE_PATH`]) and the links to make.
@@ -201,11 +271,23 @@ fn not_found(e: &RootError) -> bool {
 /// Plans the cache and links for `root` (the container's rootfs): a full scan of every library
 /// directory, as ldconfig does.
 pub fn plan(root: &Root, options: &Options) -> Result<Update, LdCacheError> {
-    let (dirs, hwcaps_seen) = library_dirs(root, options)?;
+    plan_with_work(root, options).map(|(update, _)| update)
+}
+
+/// [`plan`], with what the scan did.
+pub fn plan_with_work(root: &Root, options: &Options) -> Result<(Update, ScanWork), LdCacheError> {
+    let mut scan = Scan::new(root, options);
+    let update = full_scan(&mut scan, options)?;
+    tracing::debug!(work = ?scan.work, "full scan done");
+    Ok((update, scan.work))
+}
+
+fn full_scan(scan: &mut Scan<'_>, options: &Options) -> Result<Update, LdCacheError> {
+    let (dirs, hwcaps_seen) = library_dirs(scan, options)?;
     let mut entries = Vec::new();
     let mut links = Vec::new();
     for dir in &dirs {
-        search_dir(root, dir, &|_| true, &mut entries, &mut links)?;
+        search_dir(scan, dir, &|_| true, &mut entries, &mut links)?;
         if entries.len() > MAX_ENTRIES {
             return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
         }
@@ -233,9 +315,30 @@ pub fn plan_incremental(
     options: &Options,
     injected: &[PathBuf],
 ) -> Result<Update, LdCacheError> {
-    let full = |why: &str| {
+    plan_incremental_with_work(root, options, injected).map(|(update, _)| update)
+}
+
+/// [`plan_incremental`], with what the scan did.
+pub fn plan_incremental_with_work(
+    root: &Root,
+    options: &Options,
+    injected: &[PathBuf],
+) -> Result<(Update, ScanWork), LdCacheError> {
+    let mut scan = Scan::new(root, options);
+    let update = incremental_scan(&mut scan, options, injected)?;
+    tracing::debug!(work = ?scan.work, "scan done");
+    Ok((update, scan.work))
+}
+
+fn incremental_scan(
+    scan: &mut Scan<'_>,
+    options: &Options,
+    injected: &[PathBuf],
+) -> Result<Update, LdCacheError> {
+    let root = scan.root;
+    let full = |scan: &mut Scan<'_>, why: &str| {
         tracing::debug!(why, "full scan");
-        plan(root, options)
+        full_scan(scan, options)
     };
     // The injected libraries by folder: which file-name stems to scan there.
     let mut stems: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -253,32 +356,37 @@ pub fn plan_incremental(
         }
     }
     if stems.is_empty() {
-        return full("no injected library");
+        return full(scan, "no injected library");
     }
     // The folders put first are the image's own (its cache may not list them at all): each is
     // scanned whole, whatever was injected.
     let first: BTreeSet<&str> = options.first_dirs.iter().filter_map(|d| d.to_str()).collect();
+    scan.work.paths_resolved += 1;
     let image_cache = match root.read_optional(Path::new(CACHE_PATH), MAX_CACHE_BYTES) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return full("the image has no ld.so.cache"),
+        Ok(Some(bytes)) => {
+            scan.work.reads += 1;
+            scan.work.bytes_read += bytes.len() as u64;
+            bytes
+        }
+        Ok(None) => return full(scan, "the image has no ld.so.cache"),
         Err(e) => {
             tracing::debug!(error = %e, "image ld.so.cache unreadable");
-            return full("the image's ld.so.cache is unreadable");
+            return full(scan, "the image's ld.so.cache is unreadable");
         }
     };
     let image_entries = match parse(&image_cache) {
         Ok(entries) => entries,
-        Err(_) => return full("the image's ld.so.cache does not parse"),
+        Err(_) => return full(scan, "the image's ld.so.cache does not parse"),
     };
     if image_entries.iter().any(|e| e.hwcap != 0) {
-        return full("the image's ld.so.cache has hwcap entries");
+        return full(scan, "the image's ld.so.cache has hwcap entries");
     }
     if image_entries.len() > MAX_ENTRIES {
         return Err(LdCacheError::TooMany { what: "libraries in the cache", limit: MAX_ENTRIES });
     }
-    let (dirs, hwcaps_seen) = library_dirs(root, options)?;
+    let (dirs, hwcaps_seen) = library_dirs(scan, options)?;
     if dirs.iter().any(|d| d.hwcaps.is_some()) {
-        return full("the image has glibc-hwcaps directories");
+        return full(scan, "the image has glibc-hwcaps directories");
     }
     // Which of `dirs` each image entry's directory is (by device and inode, as ldconfig
     // deduplicates), looked up once per distinct directory name.
@@ -295,7 +403,7 @@ pub fn plan_incremental(
         // Each distinct directory costs a stat: a cache naming more than ldconfig could have
         // scanned was not written by it.
         if !by_name.contains_key(parent) && by_name.len() >= MAX_DIRS {
-            return full("the image's ld.so.cache names too many directories");
+            return full(scan, "the image's ld.so.cache names too many directories");
         }
         let index = *by_name.entry(parent.to_owned()).or_insert_with(|| {
             // A name the scan lists is that directory; any other is told apart by a stat.
@@ -303,10 +411,7 @@ pub fn plan_incremental(
                 return Some(i);
             }
             let parent = if parent.is_empty() { "/" } else { parent };
-            root.metadata(Path::new(parent))
-                .ok()
-                .flatten()
-                .and_then(|m| dir_index.get(&(m.dev(), m.ino())).copied())
+            scan.metadata(parent).ok().flatten().and_then(|m| dir_index.get(&(m.dev(), m.ino())).copied())
         });
         if let Some(i) = index {
             let path = join(&dirs[i].path, file);
@@ -327,7 +432,7 @@ pub fn plan_incremental(
         };
         let mut scanned = Vec::new();
         search_dir(
-            root,
+            scan,
             dir,
             &|name| whole || dir_stems.is_some_and(|st| st.iter().any(|s| name.starts_with(s.as_str()))),
             &mut scanned,
@@ -342,7 +447,11 @@ pub fn plan_incremental(
 
 /// The directories ldconfig scans, in order, deduplicated (with the glibc-hwcaps subdirectory
 /// names seen on the way).
-fn library_dirs(root: &Root, options: &Options) -> Result<(Vec<Dir>, BTreeSet<String>), LdCacheError> {
+fn library_dirs(
+    scan: &mut Scan<'_>,
+    options: &Options,
+) -> Result<(Vec<Dir>, BTreeSet<String>), LdCacheError> {
+    let root = scan.root;
     let mut lines = Vec::new();
     for d in options.first_dirs.iter().chain(&options.extra_dirs) {
         let s = d.to_str().ok_or_else(|| LdCacheError::Conf {
@@ -380,19 +489,18 @@ fn library_dirs(root: &Root, options: &Options) -> Result<(Vec<Dir>, BTreeSet<St
         }
         // The same name often comes from several sources (an injected folder also in ld.so.conf,
         // a builtin directory also configured): one stat per name.
-        let id =
-            *ids.entry(line.path.clone()).or_insert_with(|| match root.metadata(Path::new(&line.path)) {
-                Ok(Some(m)) => Some((m.dev(), m.ino())),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "ld.so.conf directory skipped");
-                    None
-                }
-            });
+        let id = *ids.entry(line.path.clone()).or_insert_with(|| match scan.metadata(&line.path) {
+            Ok(Some(m)) => Some((m.dev(), m.ino())),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "ld.so.conf directory skipped");
+                None
+            }
+        });
         let Some(id) = id else { continue };
         let dir = Dir { path: line.path, id, flag: line.flag, hwcaps: None };
         if add_single_dir(&mut dirs, &mut seen, dir)? {
-            add_hwcaps_subdirs(root, &mut dirs, &mut seen, &mut hwcaps_seen)?;
+            add_hwcaps_subdirs(scan, &mut dirs, &mut seen, &mut hwcaps_seen)?;
         }
     }
 
@@ -451,7 +559,7 @@ fn add_single_dir(
 /// (or link to one) in `<dir>/glibc-hwcaps` that is not hidden and has no `:` in its name,
 /// right after its parent, under the parent's name as configured.
 fn add_hwcaps_subdirs(
-    root: &Root,
+    scan: &mut Scan<'_>,
     dirs: &mut Vec<Dir>,
     seen: &mut HashMap<(u64, u64), usize>,
     hwcaps_seen: &mut BTreeSet<String>,
@@ -459,20 +567,28 @@ fn add_hwcaps_subdirs(
     let parent = dirs.last().expect("a directory was just added");
     let (parent_path, flag) = (parent.path.clone(), parent.flag);
     let base = join(&parent_path, GLIBC_HWCAPS);
-    let Ok(listing) = root.read_dir(Path::new(&base)) else { return Ok(()) };
-    if listing.len() > MAX_DIR_ENTRIES {
-        return Err(LdCacheError::TooMany {
-            what: "entries in one library directory",
-            limit: MAX_DIR_ENTRIES,
-        });
-    }
+    scan.work.paths_resolved += 1;
+    let listing = match scan.root.read_dir_at_most(Path::new(&base), MAX_DIR_ENTRIES) {
+        Ok(listing) => listing,
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return Err(LdCacheError::TooMany {
+                what: "entries in one library directory",
+                limit: MAX_DIR_ENTRIES,
+            });
+        }
+        Err(_) => return Ok(()),
+    };
+    scan.work.names_listed += listing.len() as u64;
+    scan.within_budget(&base)?;
     for (name, ty) in listing {
         let Some(name) = name.to_str() else { continue };
         if name.starts_with('.') || name.contains(':') || ty == EntryType::File {
             continue;
         }
         let path = join(&base, name);
-        let Ok(Some(meta)) = root.metadata(Path::new(&path)) else { continue };
+        let meta = scan.metadata(&path);
+        scan.within_budget(&base)?;
+        let Ok(Some(meta)) = meta else { continue };
         if !meta.is_dir() {
             continue;
         }
@@ -486,14 +602,16 @@ fn add_hwcaps_subdirs(
 }
 
 /// ldconfig's `search_dir` for one directory (no legacy hwcap subdirectories). Entries of a
-/// glibc-hwcaps subdirectory come with its name.
+/// glibc-hwcaps subdirectory come with its name. Only the names `wanted` says are read.
 fn search_dir(
-    root: &Root,
+    scan: &mut Scan<'_>,
     dir: &Dir,
-    scan: &dyn Fn(&str) -> bool,
+    wanted: &dyn Fn(&str) -> bool,
     entries: &mut Vec<(Entry, Option<String>)>,
     links: &mut Vec<Link>,
 ) -> Result<(), LdCacheError> {
+    let root = scan.root;
+    scan.work.paths_resolved += 1;
     let listing = match root.read_dir_at_most(Path::new(&dir.path), MAX_DIR_ENTRIES) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
@@ -508,6 +626,8 @@ fn search_dir(
             return Ok(());
         }
     };
+    scan.work.names_listed += listing.len() as u64;
+    scan.within_budget(&dir.path)?;
     let mut dlibs: Vec<Dlib> = Vec::new();
     let mut by_soname: HashMap<String, usize> = HashMap::new();
     for (name, ty) in listing {
@@ -515,23 +635,26 @@ fn search_dir(
             continue;
         }
         let Some(name) = name.to_str().map(str::to_owned) else { continue };
-        if !scan(&name) {
+        if !wanted(&name) {
             continue;
         }
         let file = join(&dir.path, &name);
         let mut is_link = ty == EntryType::Symlink;
         // Symlinks are followed inside the root; dangling ones, directories and devices are not
         // libraries. open_regular never blocks on a FIFO.
-        let (f, meta) = match root.open_regular(Path::new(&file)) {
-            Ok(x) => x,
+        scan.work.paths_resolved += 1;
+        let opened = root.open_regular(Path::new(&file));
+        let lib = match opened {
+            Ok((f, meta)) => scan.library(&file, &f, &meta),
             Err(e) => {
                 if !not_found(&e) {
                     tracing::debug!(error = %e, "not a library file");
                 }
-                continue;
+                None
             }
         };
-        let Some(lib) = elf::inspect(&f, meta.len()) else { continue };
+        scan.within_budget(&dir.path)?;
+        let Some(lib) = lib else { continue };
         let mut soname = lib.soname.unwrap_or_else(|| name.clone());
         // A SONAME is a file name: one with a `/` (or `.`, `..`, empty) would make the link land
         // elsewhere than the directory. ldconfig does not check; no real library has one.
@@ -581,10 +704,11 @@ fn search_dir(
             &d.name
         } else {
             if !d.is_link
-                && let Some(link) = link_needed(root, &dir.path, &d.name, &d.soname)
+                && let Some(link) = link_needed(scan, &dir.path, &d.name, &d.soname)
             {
                 links.push(link);
             }
+            scan.within_budget(&dir.path)?;
             &d.soname
         };
         // The ISA level goes into bits 32.. of a glibc-hwcaps entry's hwcap (the index is added
@@ -598,16 +722,17 @@ fn search_dir(
 
 /// ldconfig's `create_links`: a link `<dir>/<soname> -> <name>` unless that path already leads to
 /// the same file, or is something other than a symlink.
-fn link_needed(root: &Root, dir: &str, name: &str, soname: &str) -> Option<Link> {
+fn link_needed(scan: &mut Scan<'_>, dir: &str, name: &str, soname: &str) -> Option<Link> {
     let so_path = join(dir, soname);
     let lib_path = join(dir, name);
-    let ident = |p: &str| root.metadata(Path::new(p)).ok().flatten().map(|m| (m.dev(), m.ino()));
+    let mut ident = |p: &str| scan.metadata(p).ok().flatten().map(|m| (m.dev(), m.ino()));
     if let Some(so) = ident(&so_path)
         && Some(so) == ident(&lib_path)
     {
         return None;
     }
-    match root.symlink_metadata(Path::new(&so_path)) {
+    scan.work.paths_resolved += 1;
+    match scan.root.symlink_metadata(Path::new(&so_path)) {
         Ok(None) => {}
         Ok(Some(m)) if m.file_type().is_symlink() => {}
         Ok(Some(_)) => {
@@ -997,6 +1122,7 @@ mod tests {
         let options = Options {
             first_dirs: vec![compat.into()],
             extra_dirs: vec!["/usr/lib/x86_64-linux-gnu".into(), "/usr/lib/nvidia".into()],
+            ..Default::default()
         };
         let r = Root::open(root).unwrap();
         let full = plan(&r, &options).unwrap();
@@ -1038,6 +1164,7 @@ mod tests {
         let options = Options {
             first_dirs: vec!["/usr/local/cuda-12.6/compat".into()],
             extra_dirs: vec!["/usr/lib/x86_64-linux-gnu".into(), "/usr/lib/nvidia".into()],
+            ..Default::default()
         };
         let r = Root::open(root).unwrap();
         let full = plan(&r, &options).unwrap();
@@ -1049,5 +1176,154 @@ mod tests {
         // A first dir given relative is refused, as extra folders are.
         let bad = Options { first_dirs: vec!["usr/local/cuda/compat".into()], ..Default::default() };
         assert!(matches!(plan(&r, &bad), Err(LdCacheError::Conf { .. })));
+    }
+
+    use crate::synth_elf;
+
+    fn plan_counted(root: &Path, extra: &[&str], budget: u64) -> Result<(Update, ScanWork), LdCacheError> {
+        let options = Options {
+            extra_dirs: extra.iter().map(PathBuf::from).collect(),
+            work_budget: budget,
+            ..Default::default()
+        };
+        plan_with_work(&Root::open(root).unwrap(), &options)
+    }
+
+    #[test]
+    fn every_name_of_one_file_reuses_one_reading() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libfoo.so.1.2.3", &so("libfoo.so.1"));
+        let dir = r.join("usr/lib");
+        symlink("libfoo.so.1.2.3", dir.join("libfoo.so")).unwrap();
+        for i in 0..40 {
+            symlink("libfoo.so.1.2.3", dir.join(format!("libfoo.so.1.2.3.link{i}"))).unwrap();
+            fs::hard_link(dir.join("libfoo.so.1.2.3"), dir.join(format!("libfoo.so.1.2.3.hard{i}"))).unwrap();
+        }
+        let (u, work) = plan_counted(r, &[], DEFAULT_WORK_BUDGET).unwrap();
+        assert_eq!(keys(&u), ["libfoo.so.1 /usr/lib/libfoo.so.1", "libfoo.so /usr/lib/libfoo.so"]);
+        assert_eq!(work.files_inspected, 1, "{work}");
+        // Each name is still opened: 82 names, and the directories' and link's stats.
+        assert!(work.paths_resolved >= 82, "{work}");
+    }
+
+    /// Issue 32: the bomb (16,383 `DT_NEEDED` naming one 4,095-byte string), links to it, and no
+    /// ld.so.cache in the image, so the hook's incremental plan scans everything. It used to cost
+    /// about 5 s of CPU per name.
+    #[test]
+    fn the_issue_bomb_and_its_links_cost_one_bounded_reading() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let lib = r.join("usr/lib/x86_64-linux-gnu");
+        put(r, "/usr/lib/x86_64-linux-gnu/libbomb.so", &synth_elf::needed_bomb(16_383, 4_095, None));
+        // Within the entry limit, with a SONAME: a library, read once.
+        let near = synth_elf::needed_bomb(elf::MAX_DYNAMIC_ENTRIES - 3, 4_095, Some("libnear.so.1"));
+        put(r, "/usr/lib/x86_64-linux-gnu/libnear.so.1.0", &near);
+        for i in 0..100 {
+            symlink("libbomb.so", lib.join(format!("libbomb.so.{i}"))).unwrap();
+            symlink("libnear.so.1.0", lib.join(format!("libnear.so.1.0.{i}"))).unwrap();
+        }
+        let injected = inject_driver(r);
+        let options = Options {
+            extra_dirs: vec!["/usr/lib/x86_64-linux-gnu".into(), "/usr/lib/nvidia".into()],
+            ..Default::default()
+        };
+        let (u, work) = plan_incremental_with_work(&Root::open(r).unwrap(), &options, &injected).unwrap();
+        let found = keys(&u);
+        assert!(
+            found.contains(&"libnear.so.1 /usr/lib/x86_64-linux-gnu/libnear.so.1".to_owned()),
+            "{found:?}"
+        );
+        assert!(found.iter().all(|k| !k.contains("bomb")), "{found:?}");
+        // The two of them and the three driver libraries, each read once; the two large ones
+        // cost their dynamic arrays and one window of their name each.
+        assert_eq!(work.files_inspected, 5, "{work}");
+        let per_bomb =
+            64 + 2 * 56 + elf::MAX_DYNAMIC_ENTRIES as u64 * 16 + 3 * 256 + elf::MAX_NAME as u64 + 1;
+        assert!(work.bytes_read <= 2 * per_bomb + 3 * 1024, "{work}");
+        assert!(work.units() < DEFAULT_WORK_BUDGET / 1000, "{work}");
+    }
+
+    /// An image that is all libraries: `n` distinct small ones in `dir`.
+    fn many_libraries(root: &Path, dir: &str, n: usize) {
+        for i in 0..n {
+            put(root, &format!("{dir}/libmany{i}.so.1"), &so(&format!("libmany{i}.so.1")));
+        }
+    }
+
+    #[test]
+    fn the_work_budget_ends_the_scan_naming_the_folder_and_what_to_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        many_libraries(r, "/usr/lib/nvidia", 50);
+        let (_, work) = plan_counted(r, &["/usr/lib/nvidia"], DEFAULT_WORK_BUDGET).unwrap();
+        assert_eq!(work.files_inspected, 50);
+        let budget = work.units() / 2;
+        let e = plan_counted(r, &["/usr/lib/nvidia"], budget).unwrap_err();
+        let LdCacheError::WorkBudget { dir, budget: b, work: spent } = &e else { panic!("{e}") };
+        assert_eq!((dir.as_str(), *b), ("/usr/lib/nvidia", budget));
+        // Stopped within one name's work of the budget.
+        let one_name = PATH_UNITS * 2 + READ_UNITS * 8 + 8 * 1024;
+        assert!(spent.units() > budget && spent.units() <= budget + one_name, "{spent}");
+        let message = e.to_string();
+        for part in
+            ["scanning /usr/lib/nvidia", &format!("budget of {budget} units"), "ld.so.cache", "ldconfig"]
+        {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+    }
+
+    #[test]
+    fn files_each_just_under_the_reader_limits_spend_the_budget_not_more() {
+        // The next attack: every file as costly as the reader allows (distinct 4 KB names, each
+        // its own window), all distinct files. Each stays within the per-file byte limit; the
+        // budget bounds how many are read.
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let names = 50;
+        let mut strings = vec![0u8];
+        let mut at = Vec::new();
+        for _ in 0..names {
+            at.push(strings.len() as u64);
+            strings.extend_from_slice(&[b'A'; elf::MAX_NAME - 1]);
+            strings.push(0);
+        }
+        let heavy = synth_elf::SharedObject::x86_64(&strings, |s| {
+            let mut d = vec![(synth_elf::DT_STRTAB, s)];
+            d.extend(at.iter().map(|&a| (synth_elf::DT_NEEDED, a)));
+            d.push((synth_elf::DT_NULL, 0));
+            d
+        })
+        .build();
+        for i in 0..20 {
+            put(r, &format!("/opt/heavy/libheavy{i}.so"), &heavy);
+        }
+        let (_, work) = plan_counted(r, &["/opt/heavy"], DEFAULT_WORK_BUDGET).unwrap();
+        assert_eq!(work.files_inspected, 20);
+        let per_file = work.bytes_read / 20;
+        assert!(per_file > elf::MAX_FILE_BYTES / 2 && per_file <= elf::MAX_FILE_BYTES, "{work}");
+        let budget = 5 * per_file;
+        let Err(LdCacheError::WorkBudget { work: spent, .. }) = plan_counted(r, &["/opt/heavy"], budget)
+        else {
+            panic!("the budget holds")
+        };
+        assert!(spent.files_inspected <= 5 && spent.units() <= budget + per_file + 1_000_000, "{spent}");
+    }
+
+    #[test]
+    fn names_in_glibc_hwcaps_folders_count_against_the_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        put(r, "/usr/lib/libin.so.1", &so("libin.so.1"));
+        let hwcaps = r.join("usr/lib/glibc-hwcaps");
+        fs::create_dir_all(&hwcaps).unwrap();
+        for i in 0..200 {
+            symlink("/nowhere", hwcaps.join(format!("x86-64-v{i}"))).unwrap();
+        }
+        let (u, work) = plan_counted(r, &[], DEFAULT_WORK_BUDGET).unwrap();
+        assert_eq!(keys(&u), ["libin.so.1 /usr/lib/libin.so.1"]);
+        assert!(work.names_listed >= 200 && work.paths_resolved >= 200, "{work}");
+        let e = plan_counted(r, &[], 100 * PATH_UNITS).unwrap_err();
+        assert!(matches!(&e, LdCacheError::WorkBudget { dir, .. } if dir == "/usr/lib/glibc-hwcaps"), "{e}");
     }
 }

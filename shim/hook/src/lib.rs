@@ -280,7 +280,13 @@ pub fn update_ldcache(
         }
         root.write_file(Path::new(LDCONF_DROPIN), text.as_bytes(), 0o644)?;
     }
-    let options = nvinject_ldcache::Options { first_dirs: first.to_vec(), extra_dirs: folders.to_vec() };
+    // The default work budget is hundreds of times a real image's scan; an image built to keep this
+    // root process busy fails its start with an error naming the folder instead.
+    let options = nvinject_ldcache::Options {
+        first_dirs: first.to_vec(),
+        extra_dirs: folders.to_vec(),
+        work_budget: nvinject_ldcache::DEFAULT_WORK_BUDGET,
+    };
     let update = nvinject_ldcache::plan_incremental(root, &options, injected)?;
     for link in &update.links {
         // ldconfig replaces a stale or dangling symlink, never a file the image put there.
