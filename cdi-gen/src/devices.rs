@@ -155,7 +155,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn scans_real_device_nodes() {
+        nvinject_test_support::require_root("mknod for the simulated node");
         // Real nodes need mknod (root); the node's numbers come back from stat.
         let tmp = tempfile::tempdir().unwrap();
         let dev = tmp.path().join("dev");

@@ -170,22 +170,30 @@ fn golden(preset: &'static str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn golden_single() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     golden("single");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn golden_h100x8() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     golden("h100x8");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn golden_a100_mig() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     golden("a100-mig");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn split_roots_prefix_host_paths_and_are_recorded() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     let spec = parse(&generate(&node.direct()));
     let driver = node.driver().to_string_lossy().into_owned();
@@ -214,7 +222,9 @@ fn split_roots_prefix_host_paths_and_are_recorded() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_root_without_ld_cache_gives_the_same_spec() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("h100x8");
     let with_cache = generate(&node.rebased());
     std::fs::remove_file(node.driver().join("etc/ld.so.cache")).unwrap();
@@ -223,7 +233,9 @@ fn a_root_without_ld_cache_gives_the_same_spec() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn libraries_in_an_odd_folder_are_found_through_the_ld_cache_only() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     // Move every library to a folder no search path names and register it with the real ldconfig.
     let odd = node.driver().join("opt/nvidia/lib");
@@ -264,7 +276,9 @@ fn libraries_in_an_odd_folder_are_found_through_the_ld_cache_only() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn naming_strategies() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("a100-mig");
     let spec =
         parse(&generate(&args(node.rebased(), &["--device-name-strategy", "type-index", "--no-all-device"])));
@@ -302,7 +316,9 @@ fn naming_strategies() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn device_ids_limit_the_spec() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("h100x8");
     let three = node.uuid(3);
     let spec = parse(&generate(&args(node.rebased(), &["--device-ids", &format!("1,{three}")])));
@@ -316,7 +332,9 @@ fn device_ids_limit_the_spec() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn management_mode_needs_no_nvml() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("a100-mig");
     let spec = parse(&generate(&args(
         node.rebased(),
@@ -344,7 +362,9 @@ fn management_mode_needs_no_nvml() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn same_node_same_bytes() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
@@ -358,7 +378,9 @@ fn same_node_same_bytes() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn hooks_follow_the_flags() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     let spec = parse(&generate(&args(
         node.rebased(),
@@ -387,7 +409,9 @@ fn hooks_follow_the_flags() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn errors_name_what_failed_and_what_to_do() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     let err = generate_fails(&args(node.rebased(), &["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]));
     assert!(
@@ -418,7 +442,9 @@ fn errors_name_what_failed_and_what_to_do() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn output_that_cannot_be_written_is_refused_and_nothing_is_left_behind() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("file"), b"").unwrap();
@@ -442,7 +468,9 @@ fn output_that_cannot_be_written_is_refused_and_nothing_is_left_behind() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_written_spec_validates_and_lists() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let spec_dir = dir.path().join("run/cdi");
@@ -476,7 +504,9 @@ fn a_written_spec_validates_and_lists() {
 /// MPS: nothing unless asked; asked, the pipe directory writable with the variable naming it;
 /// a directory that is not there is refused before anything is written.
 #[test]
+#[ignore = "needs root"]
 fn mps_pieces_come_only_with_mps_pipe_dir() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build("single");
     let plain = parse(&generate(&node.rebased()));
     // The node has the daemon's default pipe folder, but MPS is not configured.
@@ -522,7 +552,9 @@ fn mps_pieces_come_only_with_mps_pipe_dir() {
 /// `nvidia_ctk_diff.rs` pins how our `nvidia-smi` mount compares with NVIDIA's; its recording was
 /// made without the package, so it is compared here, not there.
 #[test]
+#[ignore = "needs root"]
 fn imex_programs_are_mounted_like_the_driver_s_own() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::build_with("h100x8", &[DriverPackage::Imex]);
     let spec = parse(&generate(&node.rebased()));
     assert_eq!(validate(&spec), vec![]);

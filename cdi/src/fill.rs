@@ -479,17 +479,10 @@ mod tests {
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777)).unwrap();
     }
 
-    fn is_root() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        (unsafe { libc::geteuid() }) == 0
-    }
-
     #[test]
+    #[ignore = "needs root"]
     fn host_devices_look_at_the_file_itself_inside_the_dev_root() {
-        if !is_root() {
-            eprintln!("skipped: mknod needs root");
-            return;
-        }
+        nvinject_test_support::require_root("mknod");
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("host");
         std::fs::create_dir_all(root.join("dev/char")).unwrap();

@@ -6,7 +6,8 @@
 //! resolves every device, and completing its device nodes from the host (`fill`) gives the OCI
 //! device entries and cgroup rules nvinject's own spec gives for the same device.
 //!
-//! Needs root (`nvinject-simnode build` makes real device nodes), as cdi-gen's tests do.
+//! Needs root (`nvinject-simnode build` and `mknod` make real device nodes), as cdi-gen's tests do:
+//! marked `#[ignore = "needs root"]` (CONTRIBUTING.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,11 +18,6 @@ use nvinject_cdi::fill::fill_from_host;
 use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, Spec, load_file, validate};
 use nvinject_simnode::artifacts::{artifact, simnode_bin};
 use serde_json::{Value, json};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    (unsafe { libc::geteuid() }) == 0
-}
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nvidia-ctk-1.20.0")
@@ -154,10 +150,6 @@ fn nvidia_ctk_golden(preset: &str, golden: &str) {
 }
 
 fn nvidia_golden_as(preset: &str, golden: &str, reshape: fn(&mut Value)) {
-    if !is_root() {
-        eprintln!("skipped: nvinject-simnode build needs root");
-        return;
-    }
     let node = Node::build(preset);
     let mut spec: Value =
         serde_json::from_str(&std::fs::read_to_string(golden_dir().join(golden)).unwrap()).unwrap();
@@ -210,17 +202,23 @@ fn nvidia_golden_as(preset: &str, golden: &str, reshape: fn(&mut Value)) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nvidia_ctk_h100x8_spec_matches_ours() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_ctk_golden("h100x8", "h100x8.json");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nvidia_ctk_a100_mig_spec_matches_ours() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_ctk_golden("a100-mig", "a100-mig.json");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nvidia_ctk_h100x8_graphics_spec_matches_ours() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_ctk_golden("h100x8", "h100x8-graphics.json");
 }
 
@@ -245,10 +243,6 @@ fn host_entry(host: &Path, path: &str) -> Value {
 /// nvinject's `all` gives, as nvinject gives it, plus the MIG `config` and `monitor` capabilities
 /// (what management containers need for `nvidia-smi mig`), as the host has them.
 fn nvidia_ctk_management(preset: &str, golden: &str) {
-    if !is_root() {
-        eprintln!("skipped: nvinject-simnode build needs root");
-        return;
-    }
     let node = Node::build(preset);
     let text = std::fs::read_to_string(derived_dir().join(golden)).unwrap();
     let theirs_path = node.install("nvidia.json", &text);
@@ -311,12 +305,16 @@ fn nvidia_ctk_management(preset: &str, golden: &str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nvidia_ctk_h100x8_management_spec_gives_every_node() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_ctk_management("h100x8", "h100x8-management.json");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nvidia_ctk_a100_mig_management_spec_gives_every_node() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_ctk_management("a100-mig", "a100-mig-management.json");
 }
 
@@ -324,7 +322,9 @@ fn nvidia_ctk_a100_mig_management_spec_gives_every_node() {
 /// nvidia-ctk, under its own kind and with the GPUs named by UUID (its default device-id strategy).
 /// Derived from the recorded nvidia-ctk spec, not recorded from the plugin itself.
 #[test]
+#[ignore = "needs root"]
 fn a_device_plugin_style_spec_matches_ours() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     nvidia_golden_as("h100x8", "h100x8.json", |spec| {
         spec["kind"] = json!("k8s.device-plugin.nvidia.com/gpu");
         spec["devices"].as_array_mut().unwrap().retain(|d| d["name"].as_str().unwrap().starts_with("GPU-"));
@@ -336,7 +336,9 @@ fn a_device_plugin_style_spec_matches_ours() {
 /// node whose `/dev/nvidia0` is the simulated one (hostPath rewritten to it, as the spec would be
 /// written there), the container gets what nvinject's spec gives it.
 #[test]
+#[ignore = "needs root"]
 fn the_issue_12_reproduction_is_accepted_and_applied() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     const REPRO: &str = r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":
 [{"path":"/dev/nvidia0","hostPath":"/dev/nvidia0","major":195,"fileMode":438,"permissions":"rwm"}]}}],
 "containerEdits":{"env":["NVIDIA_VISIBLE_DEVICES=void"]}}"#;
@@ -354,10 +356,6 @@ fn the_issue_12_reproduction_is_accepted_and_applied() {
     );
     validate_cli(&path);
 
-    if !is_root() {
-        eprintln!("skipped the apply half: nvinject-simnode build needs root");
-        return;
-    }
     let node = Node::build("h100x8");
     let rewritten =
         node.install("repro.json", &REPRO.replace(r#""hostPath":"/dev"#, r#""hostPath":"@DEV_ROOT@/dev"#));
@@ -456,14 +454,14 @@ fn mknod(path: &Path, mode: u32, major: u32, minor: u32) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn cdi_example_specs_of_every_version_are_accepted_and_completed() {
+    nvinject_test_support::require_root("mknod");
     let tmp = tempfile::tempdir().unwrap();
     let vendor_root = tmp.path().join("vendorroot");
     std::fs::create_dir_all(vendor_root.join("dev")).unwrap();
-    if is_root() {
-        mknod(&vendor_root.join("dev/card1"), 0o660, 226, 1);
-        mknod(&vendor_root.join("dev/card2"), 0o666, 226, 2);
-    }
+    mknod(&vendor_root.join("dev/card1"), 0o660, 226, 1);
+    mknod(&vendor_root.join("dev/card2"), 0o666, 226, 2);
     let mut versions = Vec::new();
     for (i, (version, spec, want)) in cdi_examples(&vendor_root).into_iter().enumerate() {
         let dir = tmp.path().join(format!("specs{i}"));
@@ -474,9 +472,6 @@ fn cdi_example_specs_of_every_version_are_accepted_and_completed() {
         let parsed = load_file(&path).unwrap_or_else(|e| panic!("{version}: {e}"));
         resolves_all(&path, &parsed);
         versions.push(parsed.cdi_version.clone());
-        if !is_root() && version.as_str() >= "0.5.0" && !version.contains("complete") {
-            continue;
-        }
         let (devices, rules) = applied(&path, &parsed, &parsed.devices[0].name, Some(&vendor_root));
         for (node, entry) in want {
             assert_eq!(devices[node], entry, "{version}: {node}");

@@ -724,7 +724,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn a_refused_magic_link_or_loop_is_explained() {
+        nvinject_test_support::require_root("mknod");
         let (_d, root, _) = setup();
         symlink("/loop-b", root.join("loop-a")).unwrap();
         symlink("/loop-a", root.join("loop-b")).unwrap();
@@ -761,7 +763,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn reads_refuse_what_is_not_a_regular_file_and_never_block() {
+        nvinject_test_support::require_root("mknod");
         let (_d, root, _) = setup();
         let r = Root::open(&root).unwrap();
         mknod_fifo(&root.join("fifo"));

@@ -19,7 +19,6 @@ fn driver_file() -> BindOptions {
 
 /// Runs `body` in a thread with a private mount namespace.
 fn in_private_mount_ns(body: impl FnOnce() + Send + 'static) {
-    assert!(nix::unistd::geteuid().is_root(), "this test needs root (mount); CI runs as root");
     std::thread::spawn(move || {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare(CLONE_NEWNS)");
         nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
@@ -61,7 +60,9 @@ fn unmount(path: &Path) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_driver_file_is_mounted_read_only_and_private_with_either_api() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         for api in [MountApi::Auto, MountApi::Classic] {
             let l = layout();
@@ -94,7 +95,9 @@ fn a_driver_file_is_mounted_read_only_and_private_with_either_api() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_directory_source_gets_a_directory_mountpoint() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         let l = layout();
         let src_dir = l.host.join("firmware");
@@ -110,7 +113,9 @@ fn a_directory_source_gets_a_directory_mountpoint() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn image_symlinks_keep_the_mount_inside_the_root() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         for (name, target) in [("absolute", None), ("relative", Some("../../../../../../../../../.."))] {
             let l = layout();
@@ -143,7 +148,9 @@ fn image_symlinks_keep_the_mount_inside_the_root() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_proc_magic_link_a_procfs_target_and_a_link_loop_are_refused_and_a_dangling_link_stays_inside() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         let l = layout();
         let proc_dir = l.root.join("proc");
@@ -190,7 +197,9 @@ fn a_proc_magic_link_a_procfs_target_and_a_link_loop_are_refused_and_a_dangling_
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_mountpoint_of_the_wrong_type_or_a_fifo_never_blocks_or_mixes() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         let l = layout();
         fs::create_dir_all(l.root.join("usr/bin/nvidia-smi")).unwrap();
@@ -210,7 +219,9 @@ fn a_mountpoint_of_the_wrong_type_or_a_fifo_never_blocks_or_mixes() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_missing_source_names_itself() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         let l = layout();
         let root = Root::open(&l.root).unwrap();
@@ -224,7 +235,9 @@ fn a_missing_source_names_itself() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_batch_shares_mountpoint_directories_until_a_directory_mount_may_cover_them() {
+    nvinject_test_support::require_root("mount");
     in_private_mount_ns(|| {
         let l = layout();
         fs::create_dir_all(l.root.join("opt/a")).unwrap();

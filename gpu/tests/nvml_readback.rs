@@ -124,25 +124,33 @@ fn check_preset(name: &str) -> Inventory {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn single_reads_back() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     assert_eq!(check_preset("single").gpus.len(), 1);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn h100x8_reads_back_with_all_pairs_nvlinked() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let inv = check_preset("h100x8");
     assert!(inv.gpus.iter().all(|g| g.nvlinks.len() == 14), "7 peers x 2 links each");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn islands_reads_back_with_two_islands() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let inv = check_preset("islands");
     assert_eq!(inv.nvlinks_between(0, 3), 4);
     assert_eq!(inv.nvlinks_between(3, 4), 0, "no NVLink across islands");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a100_mig_reads_back_mig_tree() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let inv = check_preset("a100-mig");
     let names: Vec<String> = inv.gpus[0].mig_devices.iter().map(|m| m.profile.name()).collect();
     assert_eq!(names, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]);
@@ -153,7 +161,9 @@ fn a100_mig_reads_back_mig_tree() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn removed_device_node_hides_the_gpu() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (dir, lib) = build_node("h100x8");
     std::fs::remove_file(dir.path().join("node/host/dev/nvidia3")).unwrap();
     let inv = read(&lib);
@@ -174,7 +184,9 @@ fn missing_library_is_a_load_error_naming_the_path() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn driver_not_loaded_is_reported_as_such() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let mut node = presets::preset("single").unwrap();
     node.driver.loaded = false;

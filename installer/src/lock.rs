@@ -152,7 +152,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
     fn the_lock_is_root_only_and_a_missing_directory_is_made_root_only() {
+        nvinject_test_support::require_root("chown to root");
         let (dir, root) = root();
         let old = nix::sys::stat::umask(Mode::from_bits_truncate(0o000));
         let lock = HostLock::acquire(&root, "/run/nvinject/lock", Duration::ZERO);

@@ -231,7 +231,9 @@ fn char_device(path: &Path, major: u64, minor: u64) {
 
 /// The `/dev/char` scan lists the host's devices, not the installer's or an attacker's.
 #[test]
+#[ignore = "needs root"]
 fn devchar_scan_stays_inside_the_root() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let t = Trees::new();
     char_device(&t.outside.join("dev/nvidia7"), 195, 7);
     char_device(&t.outside.join("dev/nvidia-caps/nvidia-cap9"), 237, 9);
@@ -417,7 +419,9 @@ fn doctor_log_dir_is_private_and_inside_the_root() {
 /// forever) and a character device with `/dev/zero`'s numbers (endless) are refused at once, and
 /// the phase fails as if the file were missing.
 #[test]
+#[ignore = "needs root"]
 fn doctor_refuses_fifos_and_devices_without_blocking() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let t = Trees::new();
     char_device(&t.root.join("sys/module/nvidia/version"), 1, 5);
     t.mkdir("var/run/cdi");

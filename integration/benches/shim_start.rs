@@ -183,7 +183,7 @@ fn pss_kib(pid: i32) -> Option<u64> {
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
     let runs: usize = std::env::var("NVINJECT_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    if let Err(e) = process::require_root() {
+    if let Err(e) = process::ensure_root() {
         eprintln!("shim_start bench: {e}");
         std::process::exit(1);
     }

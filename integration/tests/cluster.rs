@@ -376,7 +376,9 @@ fn gpu_lines(log: &str) -> Vec<&str> {
 /// the same pod without the limit sees none; a GPU quota refuses the 9th GPU; on a tainted node our
 /// DaemonSets still run and only tolerating pods are scheduled; teardown leaves nothing behind.
 #[test]
+#[ignore = "needs root"]
 fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
+    nvinject_test_support::require_root("namespaces, containerd and a control plane");
     const NAME: &str = "deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu";
     let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {
@@ -812,7 +814,9 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
 /// GPUs; a pod asking for `nvidia.com/gpu: 1` gets a whole GPU, never a MIG slice, and a pod asking for
 /// `nvidia.com/mig-1g.10gb: 1` gets exactly one slice.
 #[test]
+#[ignore = "needs root"]
 fn mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice() {
+    nvinject_test_support::require_root("namespaces, containerd and a control plane");
     const NAME: &str = "mig_mixed_node_advertises_mig_names_and_a_gpu_request_gets_no_slice";
     let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {
@@ -983,7 +987,9 @@ fn fleet_smoke(fleet: &mut Fleet, name: &str, resource: &str, count: u32, extra:
 /// Then placement by label and by resource, an XID taking a GPU out of the API's allocatable and
 /// the scheduler going elsewhere, and a node removed and joined again.
 #[test]
+#[ignore = "needs root"]
 fn gpu_nodes_join_one_after_another_and_converge_with_zero_steps() {
+    nvinject_test_support::require_root("namespaces, containerd and a control plane");
     const NAME: &str = "gpu_nodes_join_one_after_another_and_converge_with_zero_steps";
     let Setup { artifacts, bins, image_name, deploy, _one } = setup();
     isolated(NAME, RUN_LIMIT, |inside| {

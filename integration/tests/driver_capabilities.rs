@@ -80,7 +80,9 @@ fn assert_devices(report: &Value) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn driver_capabilities_select_the_injected_files_of_env_requests() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node();
     let spec = spec_mounts(&node);
@@ -146,7 +148,9 @@ fn driver_capabilities_select_the_injected_files_of_env_requests() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn cdi_requests_ignore_the_variable_and_unknown_capabilities_fail_clearly() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node();
     let spec = spec_mounts(&node);
@@ -173,7 +177,9 @@ fn cdi_requests_ignore_the_variable_and_unknown_capabilities_fail_clearly() {
 /// Volume-mount requests and (where the policy accepts them) unprivileged env requests are legacy
 /// requests too: `video` brings compute's files and no utility, `graphics` no CUDA.
 #[test]
+#[ignore = "needs root"]
 fn volume_mounts_and_accepted_unprivileged_env_follow_the_variable() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = GpuNode::start(&NodeOptions {
         preset: "h100x8".into(),

@@ -60,7 +60,9 @@ const KUBELET_SYSCTL_VALUES: &[(&str, &str)] = &[
 /// garbage-collects it; the namespace holds the kubelet's sysctl writes; nothing is left afterwards
 /// (checked from the host's side by `isolated`).
 #[test]
+#[ignore = "needs root"]
 fn kubelet_runs_a_static_pod_with_runc() {
+    nvinject_test_support::require_root("namespaces, containerd and the kubelet");
     let artifacts = artifacts();
     isolated("kubelet_runs_a_static_pod_with_runc", RUN_LIMIT, |inside| {
         let test_started = Instant::now();
@@ -126,7 +128,9 @@ fn kubelet_runs_a_static_pod_with_runc() {
 /// and lands in the test's directory, not on the host; a process and a cgroup deliberately left behind
 /// are reported by the outer side (which kills the process), and the work dir is kept for a look.
 #[test]
+#[ignore = "needs root"]
 fn isolation_reports_what_a_test_leaves_behind() {
+    nvinject_test_support::require_root("namespaces, containerd and the kubelet");
     const NAME: &str = "isolation_reports_what_a_test_leaves_behind";
     let host_kubelet_dir = Path::new("/var/lib/kubelet/device-plugins");
     if let Some(inside) = namespace::inside(NAME) {
@@ -418,7 +422,9 @@ fn kubelet_device_plugin_lines(node: &KubeNode) -> String {
 /// Issue 7: a GPU pod goes from manifest through the kubelet, our device plugin, CRI, containerd
 /// (configured by our installer) and our shim to a container that sees exactly its GPU; the six checks.
 #[test]
+#[ignore = "needs root"]
 fn gpu_pods_through_kubelet_device_plugin_and_shim() {
+    nvinject_test_support::require_root("namespaces, containerd and the kubelet");
     let artifacts = artifacts();
     let binaries = nvinject_binaries();
     isolated("gpu_pods_through_kubelet_device_plugin_and_shim", RUN_LIMIT, |inside| {

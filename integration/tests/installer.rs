@@ -239,8 +239,10 @@ fn gpu_pod(
 }
 
 #[test]
+#[ignore = "needs root"]
 fn installer_makes_a_real_containerd_gpu_ready_and_uninstall_restores_it() {
-    process::require_root().unwrap_or_else(|e| panic!("{e}"));
+    nvinject_test_support::require_root("containerd and runc");
+    process::ensure_root().unwrap_or_else(|e| panic!("{e}"));
     let build = ContainerdBuild::selected().unwrap_or_else(|e| panic!("{e}"));
     println!("installer integration on {}", build.label());
     let dir = tempfile::Builder::new().prefix("nvinject-inst-").tempdir().unwrap();

@@ -122,7 +122,9 @@ fn start_daemon(dir: &Path) -> MpsDaemon {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_mps_client_reaches_the_daemon_only_where_the_pipe_dir_is_configured() {
+    nvinject_test_support::require_root("containerd and runc");
     let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
     // Where a host daemon started with the defaults keeps its pipes; root's, as the daemon runs.
     let pipe_dir = node.driver_root.join("tmp/nvidia-mps");

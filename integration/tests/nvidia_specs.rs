@@ -47,7 +47,9 @@ const TRANSLATED: &str = "create-symlinks=translated,create-symlinks=translated,
 update-ldcache=translated,disable-device-node-modification=translated,update-application-profile=translated";
 
 #[test]
+#[ignore = "needs root"]
 fn a_node_with_only_nvidia_ctks_spec_starts_a_gpu_container() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
     let spec = nvidia_spec(&node);
@@ -204,7 +206,9 @@ update-ldcache=translated,disable-device-node-modification=translated";
 /// with only that spec on the node, a container asking for `nvidia.com/gpu=all` gets every node,
 /// every file the spec mounts, and NVML inside sees every GPU.
 #[test]
+#[ignore = "needs root"]
 fn a_node_with_only_nvidia_ctks_management_spec_starts_a_container_with_every_device() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
     let spec = nvidia_golden(&node, "nvidia-ctk-1.20.0-derived/h100x8-management.json");

@@ -67,7 +67,7 @@ struct Attack {
 
 impl Bench {
     fn new() -> Bench {
-        process::require_root().unwrap_or_else(|e| panic!("{e}"));
+        process::ensure_root().unwrap_or_else(|e| panic!("{e}"));
         let node = GpuNode::start(&NodeOptions::default()).unwrap_or_else(|e| panic!("node setup: {e}"));
         let template = node.base().join("template");
         let spec = ImageSpec {
@@ -292,7 +292,9 @@ fn link(rootfs: &Path, path: &str, target: &str) {
 /// Reproduction 2, first half: `/etc` itself, or the files in it the hook reads and writes, link
 /// out of the rootfs.
 #[test]
+#[ignore = "needs root"]
 fn etc_and_the_files_in_it_linked_out_of_the_rootfs_reach_nothing_on_the_host() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let b = Bench::new();
     let t = b.template.clone();
@@ -363,7 +365,9 @@ fn etc_and_the_files_in_it_linked_out_of_the_rootfs_reach_nothing_on_the_host() 
 /// /proc or `..`), where the decoy's library lacks its SONAME link. No link may appear there; the
 /// cache must not list the decoy's library.
 #[test]
+#[ignore = "needs root"]
 fn conf_lines_and_includes_naming_host_dirs_create_no_links_there() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let b = Bench::new();
     let t = b.template.clone();
@@ -428,7 +432,9 @@ fn relocated_template(b: &Bench) -> PathBuf {
 /// Reproduction 2's class applied to the injected folders: the directory where the driver
 /// libraries get mounted, and the SONAME links and ld.so.cache entries made for them, links out.
 #[test]
+#[ignore = "needs root"]
 fn injected_library_folders_linked_out_of_the_rootfs_reach_nothing_on_the_host() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let b = Bench::new();
     let t = relocated_template(&b);
@@ -467,7 +473,9 @@ fn injected_library_folders_linked_out_of_the_rootfs_reach_nothing_on_the_host()
 
 /// The files the hook reads are not regular, or are built to hang it, exhaust its memory or loop.
 #[test]
+#[ignore = "needs root"]
 fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let b = Bench::new();
     let t = b.template.clone();
@@ -579,7 +587,9 @@ fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
 /// of the atomic writes pre-made as links out, a hard link to a host file, the SONAME links and
 /// mount points links out.
 #[test]
+#[ignore = "needs root"]
 fn the_files_the_hook_writes_cannot_be_turned_into_writes_outside() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let b = Bench::new();
     let t = b.template.clone();

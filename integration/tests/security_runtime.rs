@@ -144,7 +144,9 @@ fn assert_contained(p: &Payloads, id: &str, check: &Check) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn image_env_never_reaches_a_root_hook() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node(&NodeOptions::default());
     let work = node.base().join("attack");
@@ -376,7 +378,9 @@ fn assert_starts(node: &GpuNode, id: &str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_spec_lock_cannot_be_held_or_hijacked_by_others() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     // A lock directory whose parent anyone may enter, so only its own modes keep `nobody` out.
     let parent = tempfile::Builder::new().prefix("nvinject-locks-").tempdir_in("/tmp").unwrap();
@@ -494,7 +498,9 @@ fn gpu_check(node: &GpuNode, id: &str) -> Bounded {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn hostile_spec_files_cost_nothing_and_are_named() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node(&NodeOptions::default());
     let dir = node.cdi_dir.clone();

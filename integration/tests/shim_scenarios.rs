@@ -71,7 +71,9 @@ fn annotation(value: &str) -> Vec<(String, String)> {
 /// The containerd under test is the one selected, and the output says which (CI runs this file once
 /// per version).
 #[test]
+#[ignore = "needs root"]
 fn s0_the_selected_containerd_is_the_one_running() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let build = &node.containerd.build;
@@ -82,7 +84,9 @@ fn s0_the_selected_containerd_is_the_one_running() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let run = node
@@ -116,7 +120,9 @@ fn s1_annotation_gives_exactly_the_requested_gpu_with_libraries_and_ld_cache() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s2_env_requests_are_honoured_for_privileged_containers_only() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let env = vec![("NVIDIA_VISIBLE_DEVICES".to_owned(), "2".to_owned())];
@@ -141,7 +147,9 @@ fn s2_env_requests_are_honoured_for_privileged_containers_only() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s3_volume_mount_requests_name_devices_by_uuid() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     // Volume-mount requests are off by default (as NVIDIA's toolkit); this scenario turns them on.
     let node = GpuNode::start(&NodeOptions {
@@ -162,7 +170,9 @@ fn s3_volume_mount_requests_name_devices_by_uuid() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s4_all_gives_every_gpu() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let run = node
@@ -181,7 +191,9 @@ fn s4_all_gives_every_gpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s5_a_mig_device_brings_its_parent_gpu_and_capability_nodes() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("a100-mig");
     // GPU 0 is in MIG mode; ask for its MIG device 1 by index name.
@@ -202,7 +214,9 @@ fn s5_a_mig_device_brings_its_parent_gpu_and_capability_nodes() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let spec_before = std::fs::read(&node.spec_path).unwrap();
@@ -254,7 +268,9 @@ fn s6_an_unresolvable_device_fails_clearly_and_leaves_nothing_behind() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let ours = node.run("s8-ours", &RunOptions::default()).unwrap();
@@ -280,7 +296,9 @@ fn s8_a_container_without_requests_is_exactly_what_runc_gives() {
 /// both served by one proxy, the sandbox untouched; then a Create sent straight to the proxy's
 /// socket over ttrpc, without any `start`, as containerd 2.x sends every container after the first.
 #[test]
+#[ignore = "needs root"]
 fn s7_a_cri_pod_shares_one_proxy_and_a_direct_ttrpc_create_is_injected() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node =
         GpuNode::start(&NodeOptions { cri: true, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
@@ -438,7 +456,9 @@ fn direct_ttrpc_create(node: &GpuNode, proxy_socket: &str, sandbox_spec: &Value)
 /// regenerates it by running the `nvinject-cdi` beside it (real discovery through the simulated
 /// NVML, in that child process, not the proxy), and the container gets the new driver's libraries.
 #[test]
+#[ignore = "needs root"]
 fn s9_a_stale_spec_is_regenerated_after_a_driver_upgrade() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let old: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();
@@ -503,7 +523,9 @@ fn upgrade_driver(node: &GpuNode, version: &str) {
 /// version: with CDI off the shim finds the spec fresh and injects it. With CDI on, a control
 /// container started without the check shows that containerd alone would not heal.
 #[test]
+#[ignore = "needs root"]
 fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no_human_step() {
+    nvinject_test_support::require_root("containerd and runc");
     use nvinject_device_plugin::freshness::{GenerateRoots, Outcome, SpecFreshness, generate_args};
     let _s = serial();
     let node =
@@ -648,7 +670,9 @@ fn injected_mounts(report: &Value, spec: &Value) -> Vec<(String, String, String,
 /// container must be exactly what it is when runc makes each mount and runs each hook: the same
 /// mount table (order, options, propagation), the same `ldconfig -p`, the same links, NVML loading.
 #[test]
+#[ignore = "needs root"]
 fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
+    nvinject_test_support::require_root("containerd and runc");
     let _s = serial();
     let node = node("h100x8");
     let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).unwrap()).unwrap();

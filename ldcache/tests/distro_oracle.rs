@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, symlink};
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -255,7 +255,6 @@ fn listing(root: &Path) -> (Vec<String>, String) {
 
 fn compare_suite(suite: &str, folder: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(is_root(), "this test needs root (chroot, and unpacking the rootfs with its owners)");
     let tarball = tarball(suite);
     let tmp = tempfile::Builder::new().prefix("nvinject-ldcache-distro-").tempdir().unwrap();
     let libs = driver_libs(tmp.path());
@@ -420,11 +419,6 @@ fn bytes_match(ours: &[u8], theirs: &[u8]) -> Option<bool> {
     Some(with_generator(ours, &ldconfig_generator).expect("our cache ends with its generator") == theirs)
 }
 
-fn is_root() -> bool {
-    // /proc/self belongs to the effective user.
-    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
 #[test]
 fn os_abi_annotations_are_stripped_exactly() {
     assert_eq!(
@@ -450,32 +444,44 @@ fn every_suite_has_a_test() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bookworm_multiarch_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("bookworm", MULTIARCH);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bookworm_own_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("bookworm", OWN_FOLDER);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn trixie_multiarch_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("trixie", MULTIARCH);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn trixie_own_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("trixie", OWN_FOLDER);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bullseye_multiarch_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("bullseye", MULTIARCH);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bullseye_own_folder() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     compare_suite("bullseye", OWN_FOLDER);
 }
 
@@ -490,7 +496,6 @@ fn incremental_matches_full(suite: &str, folder: &str) {
     use nvinject_fsio::root::Root;
     use nvinject_ldcache::{Options, plan, plan_incremental};
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(is_root(), "this test needs root (chroot, and unpacking the rootfs with its owners)");
     let tmp = tempfile::Builder::new().prefix("nvinject-ldcache-incr-").tempdir().unwrap();
     let libs = driver_libs(tmp.path());
     let root = tmp.path().join("tree");
@@ -546,19 +551,25 @@ fn incremental_matches_full(suite: &str, folder: &str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bookworm_incremental() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     incremental_matches_full("bookworm", MULTIARCH);
     incremental_matches_full("bookworm", OWN_FOLDER);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn trixie_incremental() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     incremental_matches_full("trixie", MULTIARCH);
     incremental_matches_full("trixie", OWN_FOLDER);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bullseye_incremental() {
+    nvinject_test_support::require_root("chroot, and unpacking the rootfs with its owners");
     incremental_matches_full("bullseye", MULTIARCH);
     incremental_matches_full("bullseye", OWN_FOLDER);
 }

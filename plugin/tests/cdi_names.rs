@@ -33,7 +33,9 @@ fn handed_out(k: &mut Kubelet, resource: &str) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_name_handed_out_is_in_the_generated_spec() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     for (preset, strategy, resources) in [
         ("h100x8", "none", vec!["nvidia.com/gpu"]),
         ("a100-mig", "none", vec!["nvidia.com/gpu"]),

@@ -26,7 +26,9 @@ fn annotation(c: &Value) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn registers_lists_every_gpu_with_numa_and_writes_labels() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let (mut k, mut plugin) = start(&node, &[]);
     let reg = k.registered("nvidia.com/gpu");
@@ -63,7 +65,9 @@ fn registers_lists_every_gpu_with_numa_and_writes_labels() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn allocate_in_every_device_list_strategy() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let (u1, u3) = (node.uuid(1), node.uuid(3));
     let request = json!([[u3, u1]]);
@@ -128,7 +132,9 @@ fn allocate_in_every_device_list_strategy() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn preferred_allocation_follows_nvlink_then_pcie() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let (mut k, _p) = start(&node, &[]);
     k.registered("nvidia.com/gpu");
@@ -155,7 +161,9 @@ fn preferred_allocation_follows_nvlink_then_pcie() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn mig_mixed_on_a100_mig() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("a100-mig");
     let (mut k, _p) = start(&node, &["--mig-strategy", "mixed", "--pass-device-specs"]);
     let mut expected: Vec<(String, Vec<String>)> =
@@ -199,7 +207,9 @@ fn mig_mixed_on_a100_mig() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn mig_single_needs_one_profile_everywhere() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     // The preset mixes profiles and whole GPUs: refused, saying why and what to do.
     let node = Node::preset("a100-mig");
     let dir = kubelet_dir(&node);
@@ -243,7 +253,9 @@ fn mig_single_needs_one_profile_everywhere() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn time_slicing_replicas() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let config = node.tmp.path().join("config.yaml");
     std::fs::write(
@@ -305,7 +317,9 @@ fn time_slicing_replicas() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn kubelet_restart_and_absence() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("single");
     let dir = kubelet_dir(&node);
     // The plugin starts first: it waits for the kubelet, retrying with backoff.
@@ -339,7 +353,9 @@ fn kubelet_restart_and_absence() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn stale_sockets_and_sigterm() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("single");
     let dir = kubelet_dir(&node);
     std::fs::write(dir.join("nvinject-gpu.sock"), "left by a crashed run").unwrap();
@@ -363,7 +379,9 @@ fn stale_sockets_and_sigterm() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn xid_makes_a_gpu_unhealthy_then_healthy_again() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (mut k, _p) = start(&node, &["--metrics-address", &port.to_string()]);
@@ -414,7 +432,9 @@ fn http_get(port: u16, path: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn hundred_concurrent_allocates() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let (mut k, _p) = start(&node, &[]);
     k.registered("nvidia.com/gpu");
@@ -430,7 +450,9 @@ fn hundred_concurrent_allocates() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn malformed_requests_are_refused_and_serving_goes_on() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let (mut k, mut p) = start(&node, &[]);
     k.registered("nvidia.com/gpu");
@@ -545,7 +567,9 @@ fn flags_beat_environment_beat_file() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn sighup_restarts_with_the_config_re_read() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("single");
     let config = node.tmp.path().join("config.yaml");
     let shared = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: gpu\n      replicas: 3\n";
@@ -570,7 +594,9 @@ fn sighup_restarts_with_the_config_re_read() {
 /// SIGHUP and no config-manager sidecar; an edit that does not load is reported, naming the file,
 /// and the plugin keeps serving the configuration it has.
 #[test]
+#[ignore = "needs root"]
 fn an_edited_config_file_restarts_the_plugin_and_a_bad_edit_is_ignored() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("single");
     let config = node.tmp.path().join("config.yaml");
     let swap = |text: &str| {

@@ -71,7 +71,9 @@ fn start_with(
 }
 
 #[test]
+#[ignore = "needs root"]
 fn allocate_answers_only_with_a_spec_for_the_loaded_driver() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
     // A long watch interval: what happens here is Allocate's own check.
@@ -92,7 +94,9 @@ fn allocate_answers_only_with_a_spec_for_the_loaded_driver() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_watch_heals_without_an_allocate_and_a_failing_generator_refuses_allocate() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
     let (mut k, plugin, spec) = start(&node, &cdi, "200ms");
@@ -141,7 +145,9 @@ fn logged(plugin: &Plugin, needle: &str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn before_the_installer_is_ready_the_plugin_neither_registers_nor_writes_the_spec() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
     let ready = node.tmp.path().join("run/nvinject/ready");
@@ -181,7 +187,9 @@ fn before_the_installer_is_ready_the_plugin_neither_registers_nor_writes_the_spe
 }
 
 #[test]
+#[ignore = "needs root"]
 fn in_a_container_the_spec_names_the_hosts_driver_root_not_the_mount() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("h100x8");
     let cdi = nvinject_simnode::artifacts::artifact("nvinject-cdi-gen", "nvinject-cdi");
     // As the DaemonSet: the host's driver root is /run/nvidia/driver, mounted here elsewhere.

@@ -301,7 +301,7 @@ impl Containerd {
     /// Writes a config under `base` (which must exist and be private to the test) and starts
     /// containerd, waiting until it answers.
     pub fn start(base: &Path, options: &ContainerdOptions) -> Result<Containerd> {
-        process::require_root()?;
+        process::ensure_root()?;
         let build = ContainerdBuild::selected()?.clone();
         let base = base.to_owned();
         let root = base.join("root");

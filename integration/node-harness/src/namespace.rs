@@ -307,7 +307,8 @@ pub fn run_outside(test: &str, timeout: Duration) -> Result<Outcome, NsError> {
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--net", "--propagation", "private", "--"])
         .arg(&exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        // The test is root-only, so marked ignored (CONTRIBUTING.md): the re-run must include it.
+        .args([test, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
         .env(TEST_ENV, test)
         .env(DIR_ENV, &work)
         .stdin(Stdio::null())

@@ -139,7 +139,7 @@ pub fn parse_report(output: &str) -> Option<Value> {
 impl GpuNode {
     /// Builds the node and starts containerd.
     pub fn start(options: &NodeOptions) -> Result<GpuNode> {
-        process::require_root()?;
+        process::ensure_root()?;
         let dir = tempfile::Builder::new()
             .prefix("nvinject-it-")
             .tempdir()

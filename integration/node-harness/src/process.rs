@@ -167,7 +167,7 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 /// Fails unless running as root (the real-parts tests need it; CI runs as root).
-pub fn require_root() -> Result<()> {
+pub fn ensure_root() -> Result<()> {
     if nix::unistd::geteuid().is_root() {
         Ok(())
     } else {

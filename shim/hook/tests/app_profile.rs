@@ -48,7 +48,9 @@ fn mode(path: &Path) -> u32 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_profile_names_the_minors_of_the_gpu_devices_the_container_has() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     for args in [&["update-application-profile"][..], &["inject", "--update-application-profile"]] {
         let dir = tempfile::tempdir().unwrap();
         let (rootfs, state) = bundle(dir.path());
@@ -74,7 +76,9 @@ fn the_profile_names_the_minors_of_the_gpu_devices_the_container_has() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn no_gpu_device_writes_nothing() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     let dir = tempfile::tempdir().unwrap();
     let (rootfs, state) = bundle(dir.path());
     mknod_char(&rootfs.join("dev/nvidiactl"), 195, 255);
@@ -84,7 +88,9 @@ fn no_gpu_device_writes_nothing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn image_links_towards_host_paths_are_followed_inside_the_rootfs() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     let dir = tempfile::tempdir().unwrap();
     let (rootfs, state) = bundle(dir.path());
     mknod_char(&rootfs.join("dev/nvidia0"), 195, 0);

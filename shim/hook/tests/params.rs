@@ -53,7 +53,9 @@ fn in_namespace_with(
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_container_reads_modify_device_files_0_read_only_and_nothing_else_changes() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     for run in RUNS {
         covered_read_only_by(run);
     }
@@ -92,7 +94,9 @@ fn covered_read_only_by(run: &str) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_host_value_of_0_or_a_container_without_the_file_changes_nothing() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     let dir = tempfile::tempdir().unwrap();
     let state = bundle(dir.path());
     let host = dir.path().join("host-params");
@@ -116,7 +120,9 @@ fn a_host_value_of_0_or_a_container_without_the_file_changes_nothing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_image_proc_link_to_a_host_directory_is_resolved_inside_the_rootfs() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     let dir = tempfile::tempdir().unwrap();
     let state = bundle(dir.path());
     let host = dir.path().join("host-params");

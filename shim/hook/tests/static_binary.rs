@@ -177,7 +177,9 @@ impl Attack {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn loader_variables_and_libraries_in_the_cwd_never_run_in_the_hook() {
+    nvinject_test_support::require_root("mknod and mounts in a rootfs");
     let attack = Attack::new();
 
     // The attack works on a dynamic program: both the preload constructor and the audit module run.

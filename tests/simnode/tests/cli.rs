@@ -10,7 +10,9 @@ use nvinject_simnode::events::XidEvent;
 use nvinject_simnode::presets;
 
 #[test]
+#[ignore = "needs root"]
 fn build_without_cap_mknod_names_the_node_and_the_fix() {
+    nvinject_test_support::require_root("mknod, and dropping CAP_MKNOD");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let out = dir.path().join("node");
@@ -54,7 +56,9 @@ fn events(path: &std::path::Path) -> Vec<XidEvent> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn xid_appends_events_for_gpus_and_mig_instances() {
+    nvinject_test_support::require_root("mknod, and dropping CAP_MKNOD");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let out = dir.path().join("node");

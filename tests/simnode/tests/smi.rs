@@ -37,7 +37,9 @@ fn gpu_lines<'a>(gpus: impl IntoIterator<Item = &'a GpuDescription>) -> Vec<Stri
 }
 
 #[test]
+#[ignore = "needs root"]
 fn list_prints_one_line_per_gpu_on_h100x8() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (_dir, out) = built("h100x8");
     let output = smi(&out, &["-L"]);
     let (stdout, stderr) = text(&output);
@@ -48,7 +50,9 @@ fn list_prints_one_line_per_gpu_on_h100x8() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn removing_a_device_node_hides_that_gpu() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (_dir, out) = built("h100x8");
     std::fs::remove_file(out.join("host/dev/nvidia3")).unwrap();
     let output = smi(&out, &["-L"]);
@@ -60,7 +64,9 @@ fn removing_a_device_node_hides_that_gpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn list_shows_mig_devices_under_their_gpu() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (_dir, out) = built("a100-mig");
     let output = smi(&out, &["-L"]);
     let (stdout, stderr) = text(&output);
@@ -83,7 +89,9 @@ fn list_shows_mig_devices_under_their_gpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn query_gpu_csv() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (_dir, out) = built("h100x8");
     let fields = "--query-gpu=index,uuid,name,pci.bus_id,memory.total,minor_number";
     let output = smi(&out, &[fields, "--format=csv"]);
@@ -104,7 +112,9 @@ fn query_gpu_csv() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn summary_table_shows_versions_and_every_gpu() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let (_dir, out) = built("a100-mig");
     let output = smi(&out, &[]);
     let (stdout, stderr) = text(&output);
@@ -117,7 +127,9 @@ fn summary_table_shows_versions_and_every_gpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn driver_not_loaded_prints_the_real_message() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let mut node = presets::preset("single").unwrap();
     node.driver.loaded = false;

@@ -250,7 +250,9 @@ fn check_tree(preset: &str, nvml: &Path) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_preset_builds_into_the_documented_tree() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     for preset in presets::NAMES {
@@ -261,7 +263,9 @@ fn every_preset_builds_into_the_documented_tree() {
 /// A description listing the `nvidia-imex` package gets its programs, each a working stub; nothing
 /// else of the driver root changes.
 #[test]
+#[ignore = "needs root"]
 fn the_imex_package_adds_its_programs() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let mut node = presets::preset("h100x8").unwrap();
@@ -334,7 +338,9 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn same_preset_same_tree() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let (a, b) = (dir.path().join("a"), dir.path().join("b-with-a-longer-name"));
@@ -349,7 +355,9 @@ fn same_preset_same_tree() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn force_rebuilds_only_a_simulated_node() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let out = dir.path().join("node");
@@ -386,7 +394,9 @@ fn force_rebuilds_only_a_simulated_node() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn roots_can_be_placed_elsewhere() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let dir = tempfile::tempdir().unwrap();
     let nvml = stub_nvml(dir.path());
     let (out, drv, devr) = (dir.path().join("out"), dir.path().join("drv"), dir.path().join("hostroot"));

@@ -9,7 +9,9 @@ use std::process::Command;
 use common::{Fixture, lib_path};
 
 #[test]
+#[ignore = "needs root"]
 fn python_ctypes_reads_every_preset() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ctypes_check.py");
     let lib = lib_path();
     for name in nvinject_simnode::presets::NAMES {

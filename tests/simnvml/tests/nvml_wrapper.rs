@@ -270,7 +270,9 @@ fn check_mig(nvml: &Nvml, at: &str, gpu: &GpuDescription, dev: &nvml_wrapper::De
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_preset_reads_back_through_nvml_wrapper() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         check_node_reads_back();
         return;
@@ -283,7 +285,9 @@ fn every_preset_reads_back_through_nvml_wrapper() {
 const EXPECT_UUIDS: &str = "SIMNVML_EXPECT_UUIDS";
 
 #[test]
+#[ignore = "needs root"]
 fn removing_a_device_node_hides_that_gpu() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         let expected = env_list(EXPECT_UUIDS);
         let nvml = init();
@@ -317,7 +321,9 @@ fn removing_a_device_node_hides_that_gpu() {
 const EXPECT_MIG: &str = "SIMNVML_EXPECT_MIG";
 
 #[test]
+#[ignore = "needs root"]
 fn mig_devices_follow_capability_nodes() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         let expected = env_list(EXPECT_MIG);
         let nvml = init();
@@ -353,7 +359,9 @@ fn mig_devices_follow_capability_nodes() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn xid_round_trip_and_timeout() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if !is_child() {
         let out = Fixture::preset("h100x8").run_child("xid_round_trip_and_timeout", &[]);
         // The measured figures (no assertion on time: see the project's rules on speed).
@@ -433,7 +441,9 @@ fn xid_round_trip_and_timeout() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn driver_not_loaded() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         let lib = lib_path();
         // Held open so the library's state outlives nvml-wrapper's own handle, closed on failure.
@@ -470,7 +480,9 @@ fn last_error(lib: &Path) -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn malformed_description_names_file_and_field() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         let lib = lib_path();
         let _held = hold(&lib);
@@ -517,7 +529,9 @@ fn stub_names() -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_nvml_function_is_exported_and_stubs_answer_not_supported() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if !is_child() {
         Fixture::preset("single")
             .run_child("every_nvml_function_is_exported_and_stubs_answer_not_supported", &[]);
@@ -560,7 +574,9 @@ fn every_nvml_function_is_exported_and_stubs_answer_not_supported() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn init_is_reference_counted_and_versions_are_checked() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if !is_child() {
         Fixture::preset("single").run_child("init_is_reference_counted_and_versions_are_checked", &[]);
         return;
@@ -618,7 +634,9 @@ fn init_is_reference_counted_and_versions_are_checked() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn queries_proceed_while_another_thread_waits_for_events() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if !is_child() {
         Fixture::preset("h100x8").run_child("queries_proceed_while_another_thread_waits_for_events", &[]);
         return;
@@ -658,7 +676,9 @@ fn queries_proceed_while_another_thread_waits_for_events() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_description_embedded_in_the_library_file_is_used() {
+    nvinject_test_support::require_root("mknod for the simulated node");
     if is_child() {
         assert!(std::env::var_os(nvinject_simnode::description::NODE_ENV).is_none());
         let nvml = init();
