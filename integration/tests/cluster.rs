@@ -601,6 +601,13 @@ fn deploy_rolls_out_on_a_cluster_and_the_gpu_smoke_pod_gets_its_gpu() {
         let uid = running["metadata"]["uid"].as_str().unwrap();
         let held = cluster.node().allocated(uid, GPU).unwrap();
         assert_eq!(held.len(), 8, "the pod holds all eight GPUs: {held:?}");
+        // The quota controller recounts usage from its own cache: a recount that ran before that cache
+        // held the pod writes `used: 0` over what admission counted, until the pod's event corrects it.
+        // Only a settled count makes the 9th GPU's refusal a fact about the quota, not about timing.
+        wait("quota research/gpu-quota to count the 8 GPUs", Duration::from_secs(60), &mut cluster, |c| {
+            let q = c.get_json(&["resourcequota", "-n", "research", "gpu-quota"]).ok()?;
+            (q["status"]["used"]["requests.nvidia.com/gpu"] == "8").then_some(())
+        });
         let ninth =
             cluster.apply(&sleeper("research", "ninth-gpu", 1)).expect_err("the 9th GPU must be refused");
         let message = ninth.to_string();
