@@ -110,7 +110,8 @@ impl Fixture {
 pub fn run_child(name: &str, env: &[(&str, &OsStr)]) -> Output {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    // The test is root-only, so marked ignored (CONTRIBUTING.md): the child must include it.
+    cmd.args([name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"]);
     cmd.env_remove(NODE_ENV).env(CHILD_ENV, "1");
     if !env.iter().any(|(k, _)| *k == LIB_ENV) {
         cmd.env(LIB_ENV, lib_path());
