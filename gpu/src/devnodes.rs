@@ -232,23 +232,10 @@ impl MigMinors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ComputeCapability, DeviceUuid, MigProfile, PciBusId};
+    use crate::model::{DeviceUuid, MigProfile};
 
     fn gpu(minor: u32, mig: Vec<MigDevice>) -> Gpu {
-        Gpu {
-            index: 0,
-            minor,
-            uuid: DeviceUuid("GPU-00000000-0000-0000-0000-000000000000".into()),
-            name: "NVIDIA A100-SXM4-80GB".into(),
-            pci_bus_id: PciBusId::parse("0000:18:00.0").unwrap(),
-            memory_bytes: 80 << 30,
-            compute_capability: ComputeCapability { major: 8, minor: 0 },
-            architecture: "ampere".into(),
-            numa_node: None,
-            mig_enabled: Some(!mig.is_empty()),
-            mig_devices: mig,
-            nvlinks: vec![],
-        }
+        crate::model::test_a100(0, minor, mig)
     }
 
     fn mig(gi: u32, ci: u32) -> MigDevice {

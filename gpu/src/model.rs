@@ -259,6 +259,26 @@ pub enum TopologyLevel {
     System,
 }
 
+/// An A100 80GB as the unit tests of this crate describe one: `index` and `minor` as given, a UUID and
+/// PCI address derived from `index`, MIG enabled when `mig` has devices.
+#[cfg(test)]
+pub(crate) fn test_a100(index: u32, minor: u32, mig: Vec<MigDevice>) -> Gpu {
+    Gpu {
+        index,
+        minor,
+        uuid: DeviceUuid(format!("GPU-0000000{index}-0000-0000-0000-000000000000")),
+        name: "NVIDIA A100-SXM4-80GB".into(),
+        pci_bus_id: PciBusId::parse(&format!("0000:0{index}:00.0")).unwrap(),
+        memory_bytes: 80 << 30,
+        compute_capability: ComputeCapability { major: 8, minor: 0 },
+        architecture: "ampere".into(),
+        numa_node: None,
+        mig_enabled: Some(!mig.is_empty()),
+        mig_devices: mig,
+        nvlinks: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

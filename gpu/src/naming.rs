@@ -125,20 +125,7 @@ mod tests {
     use crate::model::*;
 
     fn gpu(index: u32, mig: Vec<MigDevice>) -> Gpu {
-        Gpu {
-            index,
-            minor: index + 4,
-            uuid: DeviceUuid(format!("GPU-0000000{index}-0000-0000-0000-000000000000")),
-            name: "NVIDIA A100-SXM4-80GB".into(),
-            pci_bus_id: PciBusId::parse(&format!("0000:0{index}:00.0")).unwrap(),
-            memory_bytes: 80 << 30,
-            compute_capability: ComputeCapability { major: 8, minor: 0 },
-            architecture: "ampere".into(),
-            numa_node: None,
-            mig_enabled: Some(!mig.is_empty()),
-            mig_devices: mig,
-            nvlinks: vec![],
-        }
+        crate::model::test_a100(index, index + 4, mig)
     }
 
     fn inventory() -> Inventory {

@@ -67,20 +67,7 @@ fn bomb_tree(bomb: &[u8], links: usize) -> tempfile::TempDir {
 /// `n` distinct files, each as costly as the reader allows: 60 distinct 4 KB names.
 fn heavy_tree(n: usize) -> tempfile::TempDir {
     let tmp = debian_root();
-    let mut strings = vec![0u8];
-    let mut at = Vec::new();
-    for _ in 0..60 {
-        at.push(strings.len() as u64);
-        strings.extend_from_slice(&[b'A'; elf::MAX_NAME - 1]);
-        strings.push(0);
-    }
-    let heavy = synth_elf::SharedObject::x86_64(&strings, |s| {
-        let mut d = vec![(synth_elf::DT_STRTAB, s)];
-        d.extend(at.iter().map(|&a| (synth_elf::DT_NEEDED, a)));
-        d.push((synth_elf::DT_NULL, 0));
-        d
-    })
-    .build();
+    let heavy = synth_elf::distinct_long_names(60, elf::MAX_NAME - 1);
     for i in 0..n {
         put(tmp.path(), &format!("{LIB}/libheavy{i}.so"), &heavy);
     }

@@ -1280,21 +1280,7 @@ mod tests {
         // budget bounds how many are read.
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        let names = 50;
-        let mut strings = vec![0u8];
-        let mut at = Vec::new();
-        for _ in 0..names {
-            at.push(strings.len() as u64);
-            strings.extend_from_slice(&[b'A'; elf::MAX_NAME - 1]);
-            strings.push(0);
-        }
-        let heavy = synth_elf::SharedObject::x86_64(&strings, |s| {
-            let mut d = vec![(synth_elf::DT_STRTAB, s)];
-            d.extend(at.iter().map(|&a| (synth_elf::DT_NEEDED, a)));
-            d.push((synth_elf::DT_NULL, 0));
-            d
-        })
-        .build();
+        let heavy = synth_elf::distinct_long_names(50, elf::MAX_NAME - 1);
         for i in 0..20 {
             put(r, &format!("/opt/heavy/libheavy{i}.so"), &heavy);
         }

@@ -42,24 +42,12 @@ pub fn command_error(cmd: &Command, output: &Output) -> HarnessError {
     HarnessError::Command {
         command: describe(cmd),
         status: output.status.to_string(),
-        output: format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stderr).trim(),
-            if output.stdout.is_empty() {
-                String::new()
-            } else {
-                format!(" | stdout: {}", String::from_utf8_lossy(&output.stdout).trim())
-            }
-        ),
+        output: nvinject_image_tool::command::failure_text(output),
     }
 }
 
 /// A command line as text, for messages.
-pub fn describe(cmd: &Command) -> String {
-    let mut parts = vec![cmd.get_program().to_string_lossy().into_owned()];
-    parts.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
-    parts.join(" ")
-}
+pub use nvinject_image_tool::command::describe;
 
 /// A running process as seen in /proc.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -164,6 +164,25 @@ pub fn needed_bomb(needed: usize, name_len: usize, soname: Option<&str>) -> Vec<
     .build()
 }
 
+/// A file as costly as the reader allows per name: `names` distinct `DT_NEEDED` strings of
+/// `name_len` bytes each (`A`s), each in a read window of its own, then `DT_NULL`.
+pub fn distinct_long_names(names: usize, name_len: usize) -> Vec<u8> {
+    let mut strings = vec![0u8];
+    let mut at = Vec::new();
+    for _ in 0..names {
+        at.push(strings.len() as u64);
+        strings.extend(std::iter::repeat_n(b'A', name_len));
+        strings.push(0);
+    }
+    SharedObject::x86_64(&strings, |strtab| {
+        let mut d = vec![(DT_STRTAB, strtab)];
+        d.extend(at.iter().map(|&a| (DT_NEEDED, a)));
+        d.push((DT_NULL, 0));
+        d
+    })
+    .build()
+}
+
 /// A plain x86-64 library: `DT_NEEDED libc.so.6` and its SONAME.
 pub fn plain_library(soname: &str) -> Vec<u8> {
     let mut strings = b"\0libc.so.6\0".to_vec();

@@ -1,5 +1,6 @@
 //! Running the host tools the image is made with (`ldd`, `ldconfig`, `tar`, `strip`), with errors
-//! that name the command line and what it printed.
+//! that name the command line and what it printed. [`describe`] and [`failure_text`] are the test
+//! harness's too, so a failed command reads the same from both.
 
 use std::process::{Command, Output};
 
@@ -12,15 +13,7 @@ pub(crate) fn run(cmd: &mut Command) -> Result<Output> {
         return Err(ImageError::Command {
             command: describe(cmd),
             status: output.status.to_string(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stderr).trim(),
-                if output.stdout.is_empty() {
-                    String::new()
-                } else {
-                    format!(" | stdout: {}", String::from_utf8_lossy(&output.stdout).trim())
-                }
-            ),
+            output: failure_text(&output),
         });
     }
     Ok(output)
@@ -35,8 +28,18 @@ pub(crate) fn output(cmd: &mut Command) -> Result<Output> {
     })
 }
 
+/// What a failed command printed, for messages: its stderr, then its stdout when it wrote any.
+pub fn failure_text(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.stdout.is_empty() {
+        stderr.trim().to_owned()
+    } else {
+        format!("{} | stdout: {}", stderr.trim(), String::from_utf8_lossy(&output.stdout).trim())
+    }
+}
+
 /// A command line as text, for messages.
-fn describe(cmd: &Command) -> String {
+pub fn describe(cmd: &Command) -> String {
     let mut parts = vec![cmd.get_program().to_string_lossy().into_owned()];
     parts.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
     parts.join(" ")

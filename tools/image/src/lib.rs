@@ -10,7 +10,7 @@
 //! of tests: finding this build's binaries is the harness's job. Errors are its own
 //! ([`ImageError`]).
 
-mod command;
+pub mod command;
 pub mod error;
 pub mod image;
 pub mod release_image;
