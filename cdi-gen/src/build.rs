@@ -6,6 +6,9 @@
 //!   `/dev/nvidia<minor>` and its `/dev/dri` nodes (with a hook recreating the `by-path` links), or
 //!   for a MIG device the parent's node plus its GPU-instance and compute-instance capability nodes;
 //! - an `all` device with the union of those;
+//! - with `--mps-pipe-dir` only, an `mps` device ([`MPS_DEVICE`]): the MPS control daemon's pipe
+//!   folder (read-write, `nosuid,nodev,noexec`) and `CUDA_MPS_PIPE_DIRECTORY`, for the containers
+//!   the device plugin gives an MPS-shared GPU; never in the common edits;
 //! - common edits: `NVIDIA_VISIBLE_DEVICES=void` (so a legacy hook in the image does nothing), the
 //!   control nodes, every driver library, utility, firmware file, IPC endpoint and config file as a
 //!   read-only bind mount, a hook creating SONAME and development links, and a hook updating the
@@ -21,7 +24,7 @@ use std::collections::BTreeMap;
 
 use nvinject_cdi::nvinject::{
     ANNOTATION_DEV_ROOT, ANNOTATION_DRIVER_ROOT, ANNOTATION_DRIVER_VERSION, ANNOTATION_GENERATED_BY,
-    ANNOTATION_INVENTORY_DIGEST, CudaCompat, HookCommand, HookInvocation, HookKind, HookLink,
+    ANNOTATION_INVENTORY_DIGEST, CudaCompat, HookCommand, HookInvocation, HookKind, HookLink, MPS_DEVICE,
 };
 use nvinject_cdi::{
     ContainerEdits, Device, DeviceNode, DeviceType, Hook, Kind, Mount, Spec, minimum_version,
@@ -91,11 +94,13 @@ pub struct SpecChoices {
     pub device_ids: Option<Vec<String>>,
     /// Hooks to leave out.
     pub disabled_hooks: Vec<HookKind>,
+    /// The OCI `timeout` of each hook run, in seconds; `None`: runc waits for ever.
+    pub hook_timeout_secs: Option<u32>,
 }
 
 impl SpecChoices {
     /// nvidia-ctk's defaults: kind `nvidia.com/gpu`, index and uuid names, an `all` device,
-    /// every device, every hook.
+    /// every device, every hook; and nvinject's hook timeout.
     pub fn new(hook_path: String) -> Self {
         SpecChoices {
             kind: nvinject_cdi::nvinject::default_kind(),
@@ -104,6 +109,7 @@ impl SpecChoices {
             all_device: true,
             device_ids: None,
             disabled_hooks: Vec::new(),
+            hook_timeout_secs: Some(nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS),
         }
     }
 }
@@ -120,8 +126,8 @@ pub struct SpecOptions {
     /// Written to the `generated-by` annotation.
     pub generator: String,
     /// The MPS control daemon's pipe directory as the host sees it, when the operator configured
-    /// MPS (checked to be a directory by discovery): mounted writable at the same path, with
-    /// [`MPS_PIPE_ENV`] naming it.
+    /// MPS (checked to be a directory by discovery): the [`MPS_DEVICE`] device mounts it writable
+    /// at the same path, with [`MPS_PIPE_ENV`] naming it; the common edits never do.
     pub mps_pipe_dir: Option<String>,
 }
 
@@ -184,6 +190,12 @@ pub enum BuildError {
     /// Nothing to put in the spec.
     #[error("{0}")]
     NoDevices(String),
+    /// A GPU device already has the MPS device's name.
+    #[error(
+        "a GPU device of this node is named `{MPS_DEVICE}`, the name of the MPS device --mps-pipe-dir adds; \
+         leave out --mps-pipe-dir, or check what NVML reports as the device's UUID"
+    )]
+    MpsNameTaken,
     /// An option that management mode cannot honour.
     #[error("{0} cannot be used with --mode management, which writes only the `all` device")]
     NotInManagementMode(&'static str),
@@ -260,7 +272,7 @@ impl Builder<'_> {
             args: run.to_args(),
             // Explicit, so runc never hands the hook the container's environment.
             env: nvinject_cdi::minimal_hook_env(),
-            ..Default::default()
+            timeout: self.opts.choices.hook_timeout_secs.map(i64::from),
         })
     }
 
@@ -338,16 +350,8 @@ impl Builder<'_> {
             ..mount(p, &FILE_MOUNT_OPTIONS)
         }));
         mounts.extend(files.xorg.iter().map(|p| mount(p, &FILE_MOUNT_OPTIONS)));
-        let mut env = vec!["NVIDIA_VISIBLE_DEVICES=void".to_owned()];
-        if let Some(dir) = &self.opts.mps_pipe_dir {
-            mounts.push(Mount {
-                host_path: dir.clone(),
-                container_path: dir.clone(),
-                mount_type: None,
-                options: MPS_MOUNT_OPTIONS.iter().map(|o| (*o).to_owned()).collect(),
-            });
-            env.push(format!("{MPS_PIPE_ENV}={dir}"));
-        }
+        // The MPS pipe folder is never here: it is the MPS device's (see `mps_device`).
+        let env = vec!["NVIDIA_VISIBLE_DEVICES=void".to_owned()];
 
         let mut links: BTreeMap<String, String> = BTreeMap::new();
         for lib in &files.libraries {
@@ -397,6 +401,28 @@ impl Builder<'_> {
             mounts,
             ..Default::default()
         }
+    }
+
+    /// The MPS device, when the operator configured MPS: the daemon's pipe folder, read-write at
+    /// the same path, and the variable naming it. A device of its own, not common edits, so that
+    /// only containers handed it (the GPUs of an MPS-shared resource) can reach the daemon.
+    fn mps_device(&self) -> Option<Device> {
+        let dir = self.opts.mps_pipe_dir.as_ref()?;
+        let mount = Mount {
+            host_path: dir.clone(),
+            container_path: dir.clone(),
+            mount_type: None,
+            options: MPS_MOUNT_OPTIONS.iter().map(|o| (*o).to_owned()).collect(),
+        };
+        Some(Device {
+            name: MPS_DEVICE.to_owned(),
+            annotations: Default::default(),
+            container_edits: ContainerEdits {
+                env: vec![format!("{MPS_PIPE_ENV}={dir}")],
+                mounts: vec![mount],
+                ..Default::default()
+            },
+        })
     }
 
     fn edits_with_links(&self, nodes: Vec<DeviceNode>, links: &[(String, String)]) -> ContainerEdits {
@@ -546,6 +572,14 @@ pub fn build_spec(
             annotations: Default::default(),
             container_edits: edits,
         });
+    }
+    if let Some(mps) = b.mps_device() {
+        // No GPU is named `mps` (indices, UUIDs, `gpuN`, `migN:M`, `all`); refused, not
+        // shadowed, should NVML ever report such a UUID.
+        if devices.iter().any(|d| d.name == mps.name) {
+            return Err(BuildError::MpsNameTaken);
+        }
+        devices.push(mps);
     }
     let annotations = [
         (ANNOTATION_DRIVER_VERSION, driver_version.to_owned()),
@@ -849,29 +883,70 @@ mod tests {
         assert_eq!(spec.annotations[ANNOTATION_GENERATED_BY], "nvinject-cdi test");
     }
 
+    /// Every mount and env of the spec, common and per device, naming the MPS folder.
+    fn mps_edits<'s>(edits: &'s ContainerEdits, dir: &str) -> (Vec<&'s Mount>, Vec<&'s String>) {
+        let mounts = edits.mounts.iter().filter(|m| m.host_path == dir || m.container_path == dir).collect();
+        let env = edits.env.iter().filter(|e| e.starts_with("CUDA_MPS")).collect();
+        (mounts, env)
+    }
+
     #[test]
-    fn mps_is_mounted_only_where_configured_and_writable_there() {
+    fn mps_is_its_own_device_and_never_in_the_common_edits() {
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &opts()).unwrap();
         let c = &spec.container_edits;
-        // Not configured: no writable mount at all.
+        // Not configured: no writable mount at all, no MPS device.
         assert!(c.mounts.iter().all(|m| m.options.iter().any(|o| o == "ro")), "{:?}", c.mounts);
         assert!(!c.env.iter().any(|e| e.starts_with("CUDA_MPS")), "{:?}", c.env);
+        assert!(!names(&spec).contains(&"mps"), "{:?}", names(&spec));
+        let without = spec;
 
         let mut o = opts();
         o.mps_pipe_dir = Some("/run/nvidia/mps".into());
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
-        let c = &spec.container_edits;
-        let mps: Vec<&Mount> = c.mounts.iter().filter(|m| m.host_path == "/run/nvidia/mps").collect();
-        assert_eq!(mps.len(), 1);
-        assert_eq!(mps[0].container_path, "/run/nvidia/mps");
-        assert_eq!(mps[0].options, ["rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"]);
-        assert!(!mps[0].options.iter().any(|o| o == "ro"));
-        assert_eq!(c.env, ["NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/run/nvidia/mps"]);
+        // The common edits, which every GPU container gets, are exactly those without MPS.
+        assert_eq!(spec.container_edits, without.container_edits);
+        assert_eq!(mps_edits(&spec.container_edits, "/run/nvidia/mps"), (vec![], vec![]));
+        // Only the last device, `mps`, holds the folder; the GPU and `all` devices are unchanged.
+        let (last, gpus) = spec.devices.split_last().unwrap();
+        assert_eq!(gpus, &without.devices[..]);
+        assert_eq!(last.name, "mps");
+        assert_eq!(last.name, MPS_DEVICE);
+        for d in gpus {
+            assert_eq!(mps_edits(&d.container_edits, "/run/nvidia/mps"), (vec![], vec![]), "{}", d.name);
+        }
+        let e = &last.container_edits;
+        assert_eq!(e.mounts.len(), 1);
+        assert_eq!(e.mounts[0].host_path, "/run/nvidia/mps");
+        assert_eq!(e.mounts[0].container_path, "/run/nvidia/mps");
+        assert_eq!(e.mounts[0].options, ["rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"]);
+        assert_eq!(e.env, ["CUDA_MPS_PIPE_DIRECTORY=/run/nvidia/mps"]);
+        assert!(e.device_nodes.is_empty() && e.hooks.is_empty());
         // A host path, not one inside the driver root.
         o.host_driver_root = "/run/nvidia/driver".into();
         let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
-        assert!(spec.container_edits.mounts.iter().any(|m| m.host_path == "/run/nvidia/mps"));
+        let mps = spec.devices.iter().find(|d| d.name == "mps").unwrap();
+        assert_eq!(mps.container_edits.mounts[0].host_path, "/run/nvidia/mps");
         assert_eq!(validate(&spec), vec![]);
+        // Management mode (an `all` device only) gets it too, still not in the common edits.
+        let spec = build_spec(Source::Management { driver_version: VER }, &files(), &dev(), &o).unwrap();
+        assert_eq!(names(&spec), ["all", "mps"]);
+        assert_eq!(mps_edits(&spec.container_edits, "/run/nvidia/mps"), (vec![], vec![]));
+    }
+
+    #[test]
+    fn no_gpu_name_is_the_mps_device_s() {
+        // Every strategy's name of every device, MIG included, and `all`: none is `mps`.
+        let mut o = opts();
+        o.choices.naming = NamingStrategy::ALL.to_vec();
+        o.mps_pipe_dir = Some("/run/nvidia/mps".into());
+        let spec = build_spec(Source::Nvml(&inventory()), &files(), &dev(), &o).unwrap();
+        assert_eq!(names(&spec).iter().filter(|n| **n == MPS_DEVICE).count(), 1, "{:?}", names(&spec));
+        // A UUID NVML reports as `mps` is refused, not shadowed.
+        let mut inv = inventory();
+        inv.gpus[0].uuid = DeviceUuid(MPS_DEVICE.into());
+        let e = build_spec(Source::Nvml(&inv), &files(), &dev(), &o).unwrap_err();
+        assert_eq!(e, BuildError::MpsNameTaken);
+        assert!(e.to_string().contains("--mps-pipe-dir"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use nvinject_cdi::nvinject::{DEFAULT_CLASS, DEFAULT_HOOK_PATH, DEFAULT_VENDOR, HookKind};
+use nvinject_cdi::nvinject::{
+    DEFAULT_CLASS, DEFAULT_HOOK_PATH, DEFAULT_HOOK_TIMEOUT_SECS, DEFAULT_VENDOR, HOOK_TIMEOUT_SECS_RANGE,
+    HookKind,
+};
 use nvinject_gpu::NamingStrategy;
 use tracing::level_filters::LevelFilter;
 
@@ -116,9 +119,15 @@ pub struct GenerateArgs {
     /// disable-device-node-modification or update-application-profile (repeatable).
     #[arg(long = "disable-hook", value_name = "NAME")]
     pub disabled_hooks: Vec<HookKind>,
+    /// The OCI `timeout` of each hook run, in seconds (1 to 3600): runc kills a hook still running
+    /// after it and fails the container's start.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_HOOK_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u32).range(i64::from(*HOOK_TIMEOUT_SECS_RANGE.start())..=i64::from(*HOOK_TIMEOUT_SECS_RANGE.end())))]
+    pub hook_timeout_secs: u32,
     /// The MPS control daemon's pipe directory (its CUDA_MPS_PIPE_DIRECTORY), as the host sees it,
-    /// when this node runs MPS: mounted writable into every GPU container, with
-    /// CUDA_MPS_PIPE_DIRECTORY set to it. Without it, nothing of MPS is mounted.
+    /// when this node runs MPS: the spec gets an `mps` device mounting it writable, with
+    /// CUDA_MPS_PIPE_DIRECTORY set to it, for containers given that device (never the common
+    /// edits). Without it, nothing of MPS is in the spec.
     #[arg(long, value_name = "DIR")]
     pub mps_pipe_dir: Option<PathBuf>,
     /// Where --mps-pipe-dir is mounted for this process, when that differs (running in a container).
@@ -140,4 +149,9 @@ pub struct ValidateArgs {
     /// Spec files to check.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// Pass a spec that fails the trust check (not owned by root, writable by others, or in a
+    /// folder others may change) with a warning, as a shim with `[cdi] accept-untrusted-specs =
+    /// true` uses it. Without it such a spec fails, as the shim refuses it by default.
+    #[arg(long)]
+    pub accept_untrusted: bool,
 }

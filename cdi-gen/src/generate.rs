@@ -65,8 +65,10 @@ pub struct GenerateOptions {
     /// Kind, naming, hook path, device selection, hooks.
     pub spec: SpecChoices,
     /// The MPS control daemon's pipe directory, when the node runs MPS (`CUDA_MPS_PIPE_DIRECTORY`
-    /// of `nvidia-cuda-mps-control -d`): mounted writable into every GPU container, which gets
-    /// the same variable. `None` (the default): no MPS pieces at all.
+    /// of `nvidia-cuda-mps-control -d`): the spec's `mps` device mounts it writable, with the
+    /// same variable, into the containers given that device (the device plugin gives it with the
+    /// GPUs of an MPS-shared resource); never into every GPU container. `None` (the default): no
+    /// MPS pieces at all.
     pub mps_pipe_dir: Option<Root>,
 }
 

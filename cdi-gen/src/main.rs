@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use nvinject_cdi::{Format, Kind, Registry, SpecError, load_file};
+use nvinject_cdi::{Format, Kind, Owners, Registry, SpecError, load_trusted_file};
 use nvinject_cdi_gen::cli::{Cli, Command, FormatArg, GenerateArgs, ListArgs, ModeArg, ValidateArgs};
 use nvinject_cdi_gen::{GenerateError, GenerateOptions, Mode, Nvml, Root, generate, write_spec};
 use nvinject_gpu::NvmlError;
@@ -140,6 +140,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     opts.spec.all_device = !args.no_all_device;
     opts.spec.device_ids = args.device_ids;
     opts.spec.disabled_hooks = args.disabled_hooks;
+    opts.spec.hook_timeout_secs = Some(args.hook_timeout_secs);
     opts.mps_pipe_dir = match (&args.mps_pipe_dir, &args.mps_pipe_dir_ctr_path) {
         (Some(host), ctr) => {
             if !host.is_absolute() {
@@ -196,10 +197,12 @@ fn run_validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     use std::fmt::Write as _;
     let mut failed = false;
     let mut out = String::new();
+    // The same trust check the shim's registry makes: a spec it would refuse fails here too.
+    let owners = Owners::this_process();
     // Writing to a String cannot fail.
     for path in &args.files {
-        match load_file(path) {
-            Ok(spec) => {
+        match load_trusted_file(path, &owners, args.accept_untrusted) {
+            Ok((spec, untrusted)) => {
                 let _ = writeln!(
                     out,
                     "{}: ok (cdiVersion {}, kind {}, {} devices)",
@@ -208,6 +211,9 @@ fn run_validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
                     spec.kind,
                     spec.devices.len()
                 );
+                if let Some(untrusted) = untrusted {
+                    tracing::warn!("accepted (--accept-untrusted): {untrusted}");
+                }
             }
             Err(SpecError::Invalid { path, problems }) => {
                 failed = true;

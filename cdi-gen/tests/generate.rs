@@ -501,8 +501,9 @@ fn a_written_spec_validates_and_lists() {
     assert!(listed.contains(&mig.as_str()), "{mig} not listed");
 }
 
-/// MPS: nothing unless asked; asked, the pipe directory writable with the variable naming it;
-/// a directory that is not there is refused before anything is written.
+/// MPS: nothing unless asked; asked, an `mps` device with the pipe directory writable and the
+/// variable naming it, and nothing else changed; a directory that is not there is refused before
+/// anything is written.
 #[test]
 #[ignore = "needs root"]
 fn mps_pieces_come_only_with_mps_pipe_dir() {
@@ -523,15 +524,27 @@ fn mps_pieces_come_only_with_mps_pipe_dir() {
         &["--mps-pipe-dir", "/tmp/nvidia-mps", "--mps-pipe-dir-ctr-path", &here],
     )));
     assert_eq!(validate(&spec), vec![]);
-    let mps: Vec<_> =
-        spec.container_edits.mounts.iter().filter(|m| m.container_path == "/tmp/nvidia-mps").collect();
+    // Never in the common edits every GPU container gets: those are the plain spec's.
+    assert_eq!(spec.container_edits, plain.container_edits, "MPS pieces in the common edits");
+    // Only in the `mps` device, which the device plugin hands out with MPS-shared GPUs.
+    let holders: Vec<&str> = spec
+        .devices
+        .iter()
+        .filter(|d| d.container_edits.mounts.iter().any(|m| m.container_path == "/tmp/nvidia-mps"))
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(holders, ["mps"]);
+    let edits = &spec.devices.iter().find(|d| d.name == "mps").unwrap().container_edits;
+    let mps = &edits.mounts;
     assert_eq!(mps.len(), 1);
     assert_eq!(mps[0].host_path, "/tmp/nvidia-mps");
     assert!(mps[0].options.iter().any(|o| o == "rw") && !mps[0].options.iter().any(|o| o == "ro"));
     for o in ["nosuid", "nodev", "noexec"] {
         assert!(mps[0].options.iter().any(|x| x == o), "{o}: {:?}", mps[0].options);
     }
-    assert!(spec.container_edits.env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()));
+    assert_eq!(edits.env, ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]);
+    // The GPU devices are the plain spec's.
+    assert_eq!(spec.devices[..spec.devices.len() - 1], plain.devices[..]);
 
     let err = generate_fails(&args(node.rebased(), &["--mps-pipe-dir", "/nonexistent/nvidia-mps"]));
     assert!(err.contains("MPS pipe directory /nonexistent/nvidia-mps: does not exist"), "{err}");

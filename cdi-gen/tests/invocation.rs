@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use nvinject_cdi::Format;
-use nvinject_cdi::nvinject::{DEFAULT_CLASS, DEFAULT_VENDOR, GenerateInvocation};
+use nvinject_cdi::nvinject::{DEFAULT_CLASS, DEFAULT_HOOK_TIMEOUT_SECS, DEFAULT_VENDOR, GenerateInvocation};
 use nvinject_cdi_gen::cli::{Cli, Command, FormatArg, GenerateArgs};
 use tracing::level_filters::LevelFilter;
 
@@ -23,6 +23,7 @@ fn plain() -> GenerateInvocation {
         hook_path: "/usr/local/nvinject/bin/nvinject-hook".into(),
         nvml_lib: None,
         mps_pipe_dir: None,
+        hook_timeout_secs: None,
         output: "/var/run/cdi/nvidia.com-gpu.json".into(),
         kind: None,
         format: Format::Json,
@@ -36,6 +37,7 @@ fn full() -> GenerateInvocation {
         driver_root_ctr_path: Some("/driver-root".into()),
         nvml_lib: Some("/run/nvidia/driver/lib/libnvidia-ml.so.1".into()),
         mps_pipe_dir: Some("/run/nvidia/mps".into()),
+        hook_timeout_secs: Some(7),
         kind: Some("example.com/gpu-x".parse().unwrap()),
         format: Format::Yaml,
         output: "/etc/cdi/example.com-gpu.yaml".into(),
@@ -66,6 +68,7 @@ fn assert_read_back(invocation: &GenerateInvocation) {
     assert_eq!(g.nvml_lib, invocation.nvml_lib);
     assert_eq!(g.mps_pipe_dir, invocation.mps_pipe_dir);
     assert_eq!(g.mps_pipe_dir_ctr_path, None);
+    assert_eq!(g.hook_timeout_secs, invocation.hook_timeout_secs.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECS));
     assert_eq!(g.output.as_deref(), Some(invocation.output.as_path()));
     let (vendor, class) = match &invocation.kind {
         Some(kind) => (kind.vendor(), kind.class()),
@@ -99,6 +102,7 @@ fn each_optional_flag_alone_is_read_back_by_the_generator() {
         GenerateInvocation { driver_root_ctr_path: Some("/driver-root".into()), ..plain() },
         GenerateInvocation { nvml_lib: Some(PathBuf::from("/lib/libnvidia-ml.so.1")), ..plain() },
         GenerateInvocation { mps_pipe_dir: Some("/run/nvidia/mps".into()), ..plain() },
+        GenerateInvocation { hook_timeout_secs: Some(3600), ..plain() },
         GenerateInvocation { kind: Some("nvidia.com/gpu".parse().unwrap()), ..plain() },
         GenerateInvocation { kind: Some("vendor_1.io/mig-gpu".parse().unwrap()), ..plain() },
         GenerateInvocation { log_level: Some("error".into()), ..plain() },
@@ -117,4 +121,14 @@ fn the_parser_rejects_a_flag_it_does_not_know() {
     args[at] = "--sysroot".into();
     let argv = std::iter::once(OsString::from("nvinject-cdi")).chain(args);
     assert!(Cli::try_parse_from(argv).is_err());
+}
+
+#[test]
+fn a_hook_timeout_outside_one_second_to_an_hour_is_refused() {
+    for (secs, ok) in [("0", false), ("1", true), ("3600", true), ("3601", false), ("-5", false)] {
+        let mut args = plain().to_args();
+        args.extend(["--hook-timeout-secs".into(), secs.into()]);
+        let argv = std::iter::once(OsString::from("nvinject-cdi")).chain(args);
+        assert_eq!(Cli::try_parse_from(argv).is_ok(), ok, "--hook-timeout-secs {secs}");
+    }
 }

@@ -186,6 +186,51 @@ fn validate_checks_every_file_and_fails_if_any_fails() {
     assert!(stdout.contains(&format!("cannot read CDI spec {}", missing.display())), "{stdout}");
 }
 
+/// The shim's spec-trust check: a spec others may write (or in a folder they may) fails, naming
+/// the file, its mode and the fix; `--accept-untrusted` passes it with a warning.
+#[test]
+fn validate_refuses_an_untrusted_spec_unless_told_to_accept_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("nvidia.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let validate = |extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec!["validate".into()];
+        args.extend(extra.iter().map(Into::into));
+        args.push(path.clone().into());
+        cdi(args)
+    };
+    assert!(validate(&[]).status.success(), "control");
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = validate(&[]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("untrusted CDI spec {}: the file is owned by", path.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("mode 0666") && stdout.contains(&format!("chmod go-w {}", path.display())),
+        "{stdout}"
+    );
+    let out = validate(&["--accept-untrusted"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("accepted (--accept-untrusted): untrusted CDI spec")
+    );
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = validate(&[]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(&format!("its folder {} is owned by", dir.path().display())), "{stdout}");
+    assert!(stdout.contains(&format!("fix: `chmod go-w {}`", dir.path().display())), "{stdout}");
+}
+
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap();
 }

@@ -110,11 +110,18 @@ pub const YAML_LIMITS: YamlLimits = YamlLimits {
 /// Opened `O_NONBLOCK` and checked on the open file, so a file swapped for a FIFO or a device after
 /// a caller's stat is refused instead of blocking the reader.
 pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_bounded_with_metadata(path).map(|(bytes, _)| bytes)
+}
+
+/// [`read_bounded`], with the metadata of the descriptor read (what the spec-trust check judges,
+/// `crate::trust`: the file read, not whatever the path names a moment later).
+pub fn read_bounded_with_metadata(path: &Path) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let file =
         std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "not a regular file (a FIFO, device or socket is never read as a spec)",
@@ -122,7 +129,7 @@ pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
     }
     let mut bytes = Vec::new();
     file.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    Ok((bytes, meta))
 }
 
 /// Parses spec text. Checks structure and types only; see [`crate::validate::validate`] for the rules.

@@ -30,6 +30,10 @@ pub enum SpecError {
     /// The text is not a CDI spec (syntax, types, unknown or missing fields).
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// The file, its folder or a folder above may be written by someone other than root
+    /// ([`crate::trust`]); names the file, owner, mode and fix.
+    #[error(transparent)]
+    Untrusted(#[from] crate::trust::UntrustedError),
     /// The spec parsed but breaks CDI rules.
     #[error("{}: invalid CDI spec: {}", path.display(), ProblemList(problems))]
     Invalid {
@@ -48,6 +52,7 @@ impl SpecError {
             | SpecError::ReadDir { path, .. }
             | SpecError::Invalid { path, .. } => path,
             SpecError::Parse(e) => &e.path,
+            SpecError::Untrusted(e) => e.spec(),
         }
     }
 }
@@ -79,4 +84,20 @@ pub fn load_file(path: &Path) -> Result<Spec, SpecError> {
     let bytes = crate::codec::read_bounded(path)
         .map_err(|source| SpecError::Read { path: path.to_owned(), source })?;
     parse_and_validate(&bytes, Format::from_path(path).unwrap_or(Format::Yaml), path)
+}
+
+/// [`load_file`] behind the spec-trust check ([`crate::trust::read_trusted`]): what every reader
+/// that acts on a spec uses. With `accept`, an untrusted file is loaded and its verdict returned
+/// beside it, for the caller to report.
+pub fn load_trusted_file(
+    path: &Path,
+    owners: &crate::trust::Owners,
+    accept: bool,
+) -> Result<(Spec, Option<crate::trust::UntrustedError>), SpecError> {
+    let (bytes, verdict) = crate::trust::read_trusted(path, owners, accept).map_err(|e| match e {
+        crate::trust::ReadError::Io(source) => SpecError::Read { path: path.to_owned(), source },
+        crate::trust::ReadError::Untrusted(e) => SpecError::Untrusted(e),
+    })?;
+    let spec = parse_and_validate(&bytes, Format::from_path(path).unwrap_or(Format::Yaml), path)?;
+    Ok((spec, verdict))
 }

@@ -13,6 +13,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use nvinject_fsio::escape::escape;
+
 /// Longest vendor segment: the CDI spec makes it a DNS subdomain.
 pub const MAX_VENDOR_LEN: usize = 253;
 /// Longest class segment.
@@ -48,7 +50,8 @@ impl fmt::Display for NamePart {
     }
 }
 
-/// Why a CDI name is not valid. Every message says what is allowed.
+/// Why a CDI name is not valid. Every message says what is allowed, and shows the offending text
+/// escaped and cut ([`nvinject_fsio::escape`]): it comes from pods and images.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     /// The part is empty.
@@ -58,7 +61,7 @@ pub enum NameError {
         part: NamePart,
     },
     /// The part starts with a character it may not start with.
-    #[error("{part} `{value}` must start with {}", if *part == NamePart::Device { "a letter or digit" } else { "a letter" })]
+    #[error("{part} `{}` must start with {}", escape(.value), if *part == NamePart::Device { "a letter or digit" } else { "a letter" })]
     BadStart {
         /// Which part.
         part: NamePart,
@@ -66,7 +69,7 @@ pub enum NameError {
         value: String,
     },
     /// The part ends with something other than a letter or digit.
-    #[error("{part} `{value}` must end with a letter or digit")]
+    #[error("{part} `{}` must end with a letter or digit", escape(.value))]
     BadEnd {
         /// Which part.
         part: NamePart,
@@ -74,7 +77,7 @@ pub enum NameError {
         value: String,
     },
     /// The part contains a character that is not allowed.
-    #[error("{part} `{value}` contains `{ch}`: only {} are allowed", part.allowed())]
+    #[error("{part} `{}` contains `{}`: only {} are allowed", escape(.value), escape(&.ch.to_string()), part.allowed())]
     BadChar {
         /// Which part.
         part: NamePart,
@@ -84,7 +87,7 @@ pub enum NameError {
         ch: char,
     },
     /// The part is longer than the spec allows.
-    #[error("{part} `{value}` is {len} characters long; the limit is {max}")]
+    #[error("{part} `{}` is {len} characters long; the limit is {max}", escape(.value))]
     TooLong {
         /// Which part.
         part: NamePart,
@@ -96,10 +99,10 @@ pub enum NameError {
         max: usize,
     },
     /// A kind without exactly one `/` between a vendor and a class.
-    #[error("kind `{0}` is not of the form vendor/class (e.g. nvidia.com/gpu)")]
+    #[error("kind `{}` is not of the form vendor/class (e.g. nvidia.com/gpu)", escape(.0))]
     NotAKind(String),
     /// A device reference without `=` between kind and name.
-    #[error("`{0}` is not a qualified CDI device name of the form vendor/class=name (e.g. nvidia.com/gpu=0)")]
+    #[error("`{}` is not a qualified CDI device name of the form vendor/class=name (e.g. nvidia.com/gpu=0)", escape(.0))]
     NotQualified(String),
 }
 

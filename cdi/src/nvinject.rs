@@ -14,7 +14,9 @@
 //!   and [`HookInvocation::parse`]: cdi-gen writes the spec's runs with it, the shim reads them,
 //!   merges them and translates NVIDIA's hooks through it, and a flag is named once ([`Flag`]);
 //! - the `nvinject-cdi generate` command line the shim and the device plugin run to regenerate a
-//!   spec ([`GenerateInvocation`]) and its bounded run ([`run_generator`], [`GeneratorError`]).
+//!   spec ([`GenerateInvocation`]) and its bounded run ([`run_generator`], [`GeneratorError`]);
+//! - the MPS device, the one device that is not a GPU ([`mps_device`]), and the rule that it
+//!   never goes to a container without a GPU ([`check_mps_request`]).
 //!
 //! The hook binary itself (`shim/hook`) parses its command line with clap and, to stay small and
 //! static, does not link this crate; a test there feeds [`HookInvocation::to_args`] to its real
@@ -27,9 +29,11 @@ use crate::name::Kind;
 
 mod driver_version;
 pub mod generate;
+mod mps;
 
 pub use driver_version::{parse_nvrm_version, read_driver_version};
 pub use generate::{GenerateInvocation, GeneratorError, StderrTail, run_generator};
+pub use mps::{MPS_DEVICE, MpsWithoutGpu, check_mps_request, is_mps_device, mps_device};
 
 /// Annotation: the driver version the spec was made for (compared with
 /// `<sys>/module/nvidia/version` to tell a stale spec).
@@ -128,6 +132,18 @@ pub const HOOK_PROGRAM: &str = "nvinject-hook";
 
 /// Where the installer puts `nvinject-hook` on the host, and so the path specs run it from.
 pub const DEFAULT_HOOK_PATH: &str = "/usr/local/nvinject/bin/nvinject-hook";
+
+/// The OCI `timeout` (seconds) of every hook run a spec carries, unless the operator picks another
+/// (`nvinject-cdi generate --hook-timeout-secs`, `[regenerate] hook-timeout-secs`): runc kills a
+/// hook still running after it and fails the start, so a hook held up by the image (or by a hung
+/// filesystem) cannot hold the pod's start, or leave a `runc init` behind, for ever. A normal run
+/// takes milliseconds and the hook's own work budget ends a hostile scan within seconds; the
+/// figures are in `shim/README.md`.
+pub const DEFAULT_HOOK_TIMEOUT_SECS: u32 = 30;
+
+/// The hook timeouts an operator may choose, in seconds: OCI wants more than 0, and past an hour
+/// the kubelet (2 minutes per request by default) has long given up.
+pub const HOOK_TIMEOUT_SECS_RANGE: std::ops::RangeInclusive<u32> = 1..=3600;
 
 /// NVIDIA's CDI hook binary (`nvidia-cdi-hook <subcommand>`), whose runs the shim translates.
 pub const NVIDIA_CDI_HOOK: &str = "nvidia-cdi-hook";

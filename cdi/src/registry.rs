@@ -9,13 +9,20 @@
 //! - a device name defined in several directories resolves to the highest-priority one; defined
 //!   twice in one directory, it is a conflict and resolves to nothing;
 //! - a file that cannot be read, parsed or validated is set aside with its error; it never hides
-//!   other files' devices, and an unresolvable name reports it.
+//!   other files' devices, and an unresolvable name reports it;
+//! - so is a file that fails the trust check ([`crate::trust`]: it, its folder or a folder above
+//!   may be written by someone other than root), unless the registry's [`TrustPolicy`] accepts
+//!   untrusted files, when [`Resolved::untrusted`] says so for the caller to report. The file is
+//!   judged on the descriptor its bytes were read from; the folders at each (re)listing.
 //!
-//! Cost: [`Registry::scan`] only lists the directories. A lookup reads just enough of each file to
+//! Cost: [`Registry::scan`] only lists the directories (and `stat`s each spec folder and the
+//! folders above it for the trust check, once per listing). A lookup reads just enough of each file to
 //! learn its kind and fully parses only files of the kind asked for; results are cached, so a
 //! registry can serve many lookups. [`Registry::refresh`] relists and keeps cached parses of files
-//! whose identity (device, inode, size, mtime) did not change.
+//! whose identity (device, inode, size, mtime, ctime: a chmod or chown changes the last) did not
+//! change.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -28,6 +35,7 @@ use crate::codec::Format;
 use crate::load::{SpecError, parse_and_validate};
 use crate::name::{Kind, QualifiedName};
 use crate::spec::{Device, Spec};
+use crate::trust::{Stat, TrustPolicy, UntrustedError};
 
 /// The CDI spec directories runtimes read, lowest priority first.
 pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -39,7 +47,11 @@ struct Identity {
     ino: u64,
     size: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
 }
+
+/// A file's bytes with the owner and mode of the descriptor they were read from.
+type ReadBack = (Vec<u8>, Stat);
 
 /// One spec file and what is known about it so far.
 #[derive(Debug)]
@@ -47,17 +59,41 @@ struct FileState {
     path: PathBuf,
     format: Format,
     identity: Identity,
-    bytes: OnceLock<Result<Vec<u8>, Arc<std::io::Error>>>,
+    /// The bytes and the owner and mode of the descriptor they were read from.
+    bytes: OnceLock<Result<ReadBack, Arc<std::io::Error>>>,
     kind: OnceLock<Option<String>>,
+    /// The file's own trust verdict (its folders are the entry's).
+    untrusted: OnceLock<Option<UntrustedError>>,
     spec: OnceLock<Result<Spec, Arc<SpecError>>>,
 }
 
 impl FileState {
-    fn bytes(&self) -> Result<&[u8], &std::io::Error> {
-        match self.bytes.get_or_init(|| crate::codec::read_bounded(&self.path).map_err(Arc::new)) {
+    fn read(&self) -> Result<&ReadBack, &std::io::Error> {
+        let read = || {
+            crate::codec::read_bounded_with_metadata(&self.path)
+                .map(|(b, m)| (b, Stat::from(&m)))
+                .map_err(Arc::new)
+        };
+        match self.bytes.get_or_init(read) {
             Ok(b) => Ok(b),
             Err(e) => Err(e),
         }
+    }
+
+    fn bytes(&self) -> Result<&[u8], &std::io::Error> {
+        self.read().map(|(b, _)| b.as_slice())
+    }
+
+    /// Why the file read is not trusted; `None` when it is (or could not be read).
+    fn untrusted(&self, trust: &TrustPolicy) -> Option<&UntrustedError> {
+        self.untrusted
+            .get_or_init(|| {
+                let (_, stat) = self.read().ok()?;
+                crate::trust::judge_file(&self.path, stat, &trust.owners)
+                    .err()
+                    .map(UntrustedError::with_host_names)
+            })
+            .as_ref()
     }
 
     /// The kind as cheaply as possible; `None` when only a full parse can tell.
@@ -65,12 +101,18 @@ impl FileState {
         self.kind.get_or_init(|| peek_kind(self.bytes().ok()?, self.format)).as_deref()
     }
 
-    fn spec(&self) -> &Result<Spec, Arc<SpecError>> {
+    fn spec(&self, trust: &TrustPolicy) -> &Result<Spec, Arc<SpecError>> {
         self.spec.get_or_init(|| {
             let bytes = self.bytes().map_err(|e| SpecError::Read {
                 path: self.path.clone(),
                 source: std::io::Error::new(e.kind(), e.to_string()),
             })?;
+            if !trust.accept_untrusted
+                && let Some(e) = self.untrusted(trust)
+            {
+                tracing::warn!(path = %self.path.display(), error = %e, "CDI spec rejected");
+                return Err(Arc::new(SpecError::Untrusted(e.clone())));
+            }
             let spec = parse_and_validate(bytes, self.format, &self.path);
             match &spec {
                 Ok(s) => tracing::debug!(path = %self.path.display(), kind = %s.kind, devices = s.devices.len(), "CDI spec loaded"),
@@ -109,12 +151,15 @@ fn peek_kind(bytes: &[u8], format: Format) -> Option<String> {
 struct Entry {
     priority: usize,
     state: Arc<FileState>,
+    /// The trust verdict on the folders the file is reached through, as of the last listing.
+    untrusted_dir: Option<Arc<SpecError>>,
 }
 
 /// A snapshot of the CDI spec directories. Cheap to build; loads files on demand.
 #[derive(Debug)]
 pub struct Registry {
     dirs: Vec<PathBuf>,
+    trust: TrustPolicy,
     files: Vec<Entry>,
     dir_errors: Vec<SpecError>,
 }
@@ -128,6 +173,9 @@ pub struct Resolved<'a> {
     pub spec: &'a Spec,
     /// The device.
     pub device: &'a Device,
+    /// Why the spec file is not trusted, when the registry's policy accepts untrusted files and it
+    /// is one; the caller reports each use.
+    pub untrusted: Option<&'a UntrustedError>,
 }
 
 /// A device as `list` shows it.
@@ -230,10 +278,16 @@ impl fmt::Display for Broken<'_> {
 }
 
 impl Registry {
-    /// Lists `dirs` (lowest priority first). Never fails: unreadable directories are kept as errors.
+    /// Lists `dirs` (lowest priority first), trusting only files of root and of this process's user
+    /// ([`TrustPolicy::default`]). Never fails: unreadable directories are kept as errors.
     pub fn scan<P: AsRef<Path>>(dirs: &[P]) -> Registry {
+        Registry::scan_with(dirs, TrustPolicy::default())
+    }
+
+    /// [`Registry::scan`] under `trust`.
+    pub fn scan_with<P: AsRef<Path>>(dirs: &[P], trust: TrustPolicy) -> Registry {
         let dirs: Vec<PathBuf> = dirs.iter().map(|d| d.as_ref().to_owned()).collect();
-        let mut registry = Registry { dirs, files: Vec::new(), dir_errors: Vec::new() };
+        let mut registry = Registry { dirs, trust, files: Vec::new(), dir_errors: Vec::new() };
         registry.relist(&[]);
         registry
     }
@@ -255,25 +309,46 @@ impl Registry {
                     continue;
                 }
             };
-            let mut found: Vec<(PathBuf, Format)> = read
+            // With whether the entry is a link (from the listing itself: no extra stat).
+            let mut found: Vec<(PathBuf, Format, bool)> = read
                 .filter_map(Result::ok)
                 .filter_map(|e| {
                     let path = e.path();
-                    Format::from_path(&path).map(|f| (path, f))
+                    let link = e.file_type().is_ok_and(|t| t.is_symlink());
+                    Format::from_path(&path).map(|f| (path, f, link))
                 })
                 .collect();
             found.sort_by(|a, b| a.0.cmp(&b.0));
-            for (path, format) in found {
+            // Folder verdicts of this listing: the spec folder's, and those of the folders links
+            // lead to (few: each checked once).
+            let mut folders: HashMap<PathBuf, Result<(), UntrustedError>> = HashMap::new();
+            for (path, format, link) in found {
                 // Follows symlinks, as runtimes do; directories named like specs are skipped.
                 let Ok(meta) = fs::metadata(&path) else { continue };
                 if !meta.is_file() {
                     continue;
                 }
+                let mut untrusted_dir = self.folder_verdict(&mut folders, dir).err();
+                if untrusted_dir.is_none() && link {
+                    untrusted_dir = match fs::canonicalize(&path) {
+                        Ok(target) => match target.parent() {
+                            Some(parent) => self.folder_verdict(&mut folders, parent).err(),
+                            None => None,
+                        },
+                        Err(e) => Some(UntrustedError::Stat {
+                            spec: path.clone(),
+                            what: path.clone(),
+                            message: e.to_string(),
+                        }),
+                    };
+                }
+                let untrusted_dir = untrusted_dir.map(|e| Arc::new(SpecError::Untrusted(e.for_spec(&path))));
                 let identity = Identity {
                     dev: meta.dev(),
                     ino: meta.ino(),
                     size: meta.size(),
                     mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+                    ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
                 };
                 let reused = old.iter().find(|e| e.state.path == path && e.state.identity == identity);
                 let state = match reused {
@@ -284,12 +359,54 @@ impl Registry {
                         identity,
                         bytes: OnceLock::new(),
                         kind: OnceLock::new(),
+                        untrusted: OnceLock::new(),
                         spec: OnceLock::new(),
                     }),
                 };
-                self.files.push(Entry { priority, state });
+                self.files.push(Entry { priority, state, untrusted_dir });
             }
         }
+    }
+
+    /// The trust verdict on `dir` and the folders above it, checked once per listing.
+    fn folder_verdict(
+        &self,
+        folders: &mut HashMap<PathBuf, Result<(), UntrustedError>>,
+        dir: &Path,
+    ) -> Result<(), UntrustedError> {
+        folders
+            .entry(dir.to_owned())
+            .or_insert_with(|| {
+                crate::trust::check_dirs(dir, dir, &self.trust.owners)
+                    .map_err(UntrustedError::with_host_names)
+            })
+            .clone()
+    }
+
+    /// The entry's spec, or why it is set aside (under this registry's trust policy).
+    fn spec_of<'a>(&'a self, entry: &'a Entry) -> Result<&'a Spec, &'a Arc<SpecError>> {
+        if let Some(e) = &entry.untrusted_dir
+            && !self.trust.accept_untrusted
+        {
+            return Err(e);
+        }
+        entry.state.spec(&self.trust).as_ref()
+    }
+
+    /// Why a spec in use is not trusted (only when the policy accepts untrusted files).
+    fn untrusted_of<'a>(&'a self, entry: &'a Entry) -> Option<&'a UntrustedError> {
+        if !self.trust.accept_untrusted {
+            return None;
+        }
+        match entry.untrusted_dir.as_deref() {
+            Some(SpecError::Untrusted(e)) => Some(e),
+            _ => entry.state.untrusted(&self.trust),
+        }
+    }
+
+    /// The trust policy the registry reads under.
+    pub fn trust(&self) -> &TrustPolicy {
+        &self.trust
     }
 
     /// The directories, lowest priority first.
@@ -306,7 +423,7 @@ impl Registry {
             if entry.state.kind_hint().is_some_and(|k| k != kind.as_str()) {
                 continue;
             }
-            match entry.state.spec() {
+            match self.spec_of(entry) {
                 Ok(spec) if spec.kind == *kind => of_kind.push((entry, spec)),
                 Ok(_) => {}
                 Err(e) => broken.push(Arc::clone(e)),
@@ -325,7 +442,12 @@ impl Registry {
                 paths.sort();
                 return Err(ResolveError::Conflict { name: name.to_string(), paths });
             }
-            return Ok(Resolved { path: &entry.state.path, spec, device });
+            return Ok(Resolved {
+                path: &entry.state.path,
+                spec,
+                device,
+                untrusted: self.untrusted_of(entry),
+            });
         }
         if of_kind.is_empty() {
             return Err(ResolveError::UnknownKind {
@@ -346,7 +468,7 @@ impl Registry {
 
     /// Every spec that loaded, with its file, in priority order (lowest first). Loads all files.
     pub fn specs(&self) -> impl Iterator<Item = (&Path, &Spec)> {
-        self.files.iter().filter_map(|e| e.state.spec().as_ref().ok().map(|s| (e.state.path.as_path(), s)))
+        self.files.iter().filter_map(|e| self.spec_of(e).ok().map(|s| (e.state.path.as_path(), s)))
     }
 
     /// Every device that resolves, by qualified name, with the file that wins for it; sorted by
@@ -394,7 +516,7 @@ impl Registry {
     pub fn errors(&self) -> Vec<&SpecError> {
         self.dir_errors
             .iter()
-            .chain(self.files.iter().filter_map(|e| e.state.spec().as_ref().err().map(|e| &**e)))
+            .chain(self.files.iter().filter_map(|e| self.spec_of(e).err().map(|e| &**e)))
             .collect()
     }
 }
@@ -547,6 +669,120 @@ mod tests {
         let reg = Registry::scan(&[dir.path()]);
         let err = reg.resolve(&q("nvidia.com/gpu=1")).unwrap_err().to_string();
         assert!(err.contains("d-evil.yaml: field `devices`: nesting deeper than 64"), "{err}");
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Two spec folders as a node has them (0755, whatever the umask), our spec in the first.
+    fn trusted_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+        let (etc, run) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        chmod(etc.path(), 0o755);
+        chmod(run.path(), 0o755);
+        let ours = etc.path().join("nvidia.com-gpu.yaml");
+        fs::write(&ours, spec_yaml("nvidia.com/gpu", &["0", "1"], "ours")).unwrap();
+        chmod(&ours, 0o644);
+        (etc, run)
+    }
+
+    #[test]
+    fn an_untrusted_file_is_set_aside_and_named_where_it_would_have_mattered() {
+        let (etc, run) = trusted_dirs();
+        let evil = run.path().join("evil.yaml");
+        fs::write(&evil, spec_yaml("nvidia.com/gpu", &["0", "9"], "evil")).unwrap();
+        chmod(&evil, 0o666);
+        let reg = Registry::scan(&[etc.path(), run.path()]);
+        // The later directory would win for gpu=0: set aside, ours serves it, and nothing is hidden.
+        let r = reg.resolve(&q("nvidia.com/gpu=0")).unwrap();
+        assert_eq!((env_of(&r), r.untrusted), ("FROM=ours".into(), None));
+        let err = reg.resolve(&q("nvidia.com/gpu=9")).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("untrusted CDI spec {}: the file is owned by", evil.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains("mode 0666") && err.contains(&format!("chmod go-w {}", evil.display())),
+            "{err}"
+        );
+        let errors: Vec<String> = reg.errors().iter().map(ToString::to_string).collect();
+        assert!(errors.len() == 1 && errors[0].contains("evil.yaml"), "{errors:?}");
+        assert_eq!(reg.devices().len(), 2, "only ours");
+
+        // Accepted: it wins where it is defined, and says it is untrusted.
+        let trust = TrustPolicy { accept_untrusted: true, ..TrustPolicy::default() };
+        let reg = Registry::scan_with(&[etc.path(), run.path()], trust.clone());
+        let r = reg.resolve(&q("nvidia.com/gpu=0")).unwrap();
+        assert_eq!(env_of(&r), "FROM=evil");
+        assert!(r.untrusted.is_some_and(|u| u.to_string().contains("0666")), "{:?}", r.untrusted);
+        assert!(reg.errors().is_empty());
+        assert_eq!(reg.resolve(&q("nvidia.com/gpu=1")).unwrap().untrusted, None);
+
+        // A chmod alone (same content, same mtime) is seen at the next refresh.
+        chmod(&evil, 0o644);
+        let mut reg = Registry::scan(&[etc.path(), run.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=evil");
+        chmod(&evil, 0o646);
+        reg.refresh();
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=ours");
+    }
+
+    #[test]
+    fn a_folder_others_may_write_makes_every_file_in_it_untrusted() {
+        let (etc, run) = trusted_dirs();
+        let theirs = run.path().join("dropped.yaml");
+        fs::write(&theirs, spec_yaml("nvidia.com/gpu", &["0"], "dropped")).unwrap();
+        chmod(&theirs, 0o644);
+        let mut reg = Registry::scan(&[etc.path(), run.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=dropped", "control");
+        for mode in [0o777, 0o1777, 0o757] {
+            chmod(run.path(), mode);
+            reg.refresh();
+            assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=ours", "{mode:o}");
+            let errors: Vec<String> = reg.errors().iter().map(ToString::to_string).collect();
+            let want = format!("its folder {} is owned by", run.path().display());
+            assert!(errors.len() == 1 && errors[0].contains(&want), "{mode:o}: {errors:?}");
+            assert!(errors[0].contains(&format!("fix: `chmod go-w {}`", run.path().display())), "{errors:?}");
+        }
+        // A sticky folder above the spec folder is fine (as /tmp is above these).
+        chmod(run.path(), 0o755);
+        reg.refresh();
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=dropped");
+
+        // A file linked in from a folder others may write is judged there.
+        let open = tempfile::tempdir().unwrap();
+        chmod(open.path(), 0o777);
+        let target = open.path().join("t.yaml");
+        fs::write(&target, spec_yaml("nvidia.com/gpu", &["5"], "linked")).unwrap();
+        chmod(&target, 0o644);
+        std::os::unix::fs::symlink(&target, etc.path().join("linked.yaml")).unwrap();
+        reg.refresh();
+        let err = reg.resolve(&q("nvidia.com/gpu=5")).unwrap_err().to_string();
+        assert!(err.contains(&format!("its folder {}", open.path().display())), "{err}");
+        chmod(open.path(), 0o755);
+        reg.refresh();
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=5")).unwrap()), "FROM=linked");
+    }
+
+    #[test]
+    #[ignore = "needs root"]
+    fn a_file_of_another_user_is_untrusted_naming_the_owner() {
+        nvinject_test_support::require_root("chown");
+        let (etc, run) = trusted_dirs();
+        let theirs = run.path().join("nobody.yaml");
+        fs::write(&theirs, spec_yaml("nvidia.com/gpu", &["0", "7"], "nobody")).unwrap();
+        chmod(&theirs, 0o644);
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let reg = Registry::scan(&[etc.path(), run.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=0")).unwrap()), "FROM=ours");
+        let err = reg.resolve(&q("nvidia.com/gpu=7")).unwrap_err().to_string();
+        assert!(err.contains("owned by uid 65534") && err.contains("not owned by root"), "{err}");
+        assert!(err.contains(&format!("chown root:root {}", theirs.display())), "{err}");
+        // Control: root's again, it is used.
+        std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
+        let reg = Registry::scan(&[etc.path(), run.path()]);
+        assert_eq!(env_of(&reg.resolve(&q("nvidia.com/gpu=7")).unwrap()), "FROM=nobody");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! [`root`] is the other half: reading and writing inside a tree someone else controls (a
 //! container's rootfs, an installer's host root) without ever leaving it; [`mount`] bind-mounts
-//! into such a tree the same way.
+//! into such a tree the same way. [`escape`] is the one way any nvinject binary shows text someone
+//! else wrote (names, keys, image paths) in a log line or an error message.
 //!
 //! Boundary: this crate does the file-system calls of a replacement and nothing else. How durable
 //! a write is, which mode it gets, whether directories are made and whether an existing file keeps
@@ -16,6 +17,7 @@
 //! rename ([`remove_stale_temps`]).
 
 mod error;
+pub mod escape;
 pub mod lock;
 pub mod mount;
 pub mod root;

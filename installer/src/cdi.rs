@@ -31,6 +31,8 @@ pub struct SpecRequest {
     pub hook_path: String,
     /// The MPS pipe directory (host path) the spec mounts, if any.
     pub mps_pipe_dir: Option<String>,
+    /// The OCI timeout of the spec's hook runs, in seconds.
+    pub hook_timeout_secs: u32,
 }
 
 /// Produces the CDI spec file for this node (the cdi-gen library in production).
@@ -59,6 +61,7 @@ impl SpecGenerator for CdiGen {
         );
         opts.nvml_lib = r.nvml_lib.as_ref().map(|p| r.host_root.locate(p)).transpose()?;
         opts.mps_pipe_dir = r.mps_pipe_dir.as_deref().map(root).transpose()?;
+        opts.spec.hook_timeout_secs = Some(r.hook_timeout_secs);
         let spec = generate(&opts, &Nvml)?;
         Ok(nvinject_cdi::codec::to_string(&spec, Format::Json).into_bytes())
     }

@@ -180,6 +180,7 @@ impl Installer<'_> {
                 nvml_lib: s.nvml_lib.clone(),
                 hook_path: s.hook_path(),
                 mps_pipe_dir: s.mps_pipe_dir.clone(),
+                hook_timeout_secs: s.hook_timeout_secs,
             })?),
             None => None,
         };

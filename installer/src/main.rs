@@ -122,10 +122,17 @@ struct HostArgs {
     /// NVML library on the host (default: libnvidia-ml.so.1 under the driver root).
     #[arg(long, env = "NVINJECT_NVML_LIB")]
     nvml_lib: Option<String>,
-    /// The MPS control daemon's pipe directory on the host, when the node runs MPS: mounted
-    /// writable into GPU containers with CUDA_MPS_PIPE_DIRECTORY (default: no MPS).
+    /// The MPS control daemon's pipe directory on the host, when the node runs MPS: the spec's
+    /// `mps` device mounts it writable, with CUDA_MPS_PIPE_DIRECTORY, into the containers given
+    /// that device (the device plugin's MPS-shared GPUs), never into every GPU container
+    /// (default: no MPS).
     #[arg(long, env = "NVINJECT_MPS_PIPE_DIR")]
     mps_pipe_dir: Option<String>,
+    /// The OCI timeout of each hook run the spec carries, in seconds (1 to 3600): runc kills a hook
+    /// still running after it and fails the container's start. Also what the shim regenerates with.
+    #[arg(long, env = "NVINJECT_HOOK_TIMEOUT_SECS", default_value_t = nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    hook_timeout_secs: u32,
     /// CDI spec directory on the host.
     #[arg(long, default_value = "/var/run/cdi", env = "NVINJECT_CDI_DIR")]
     cdi_dir: String,
@@ -211,6 +218,7 @@ impl HostArgs {
         s.sys_root = self.sys_root.clone();
         s.nvml_lib = self.nvml_lib.clone();
         s.mps_pipe_dir = self.mps_pipe_dir.clone();
+        s.hook_timeout_secs = self.hook_timeout_secs;
         s.shim_link_dir = self.shim_link_dir.clone();
         s.state_dir = self.state_dir.clone();
         s.lock_file = self.lock_file.clone();

@@ -46,6 +46,7 @@ impl RuntimeConfigWriter for ShimConfig {
         config.regenerate.spec_path = Some(PathBuf::from(settings.spec_path()));
         config.regenerate.nvml_lib = settings.nvml_lib.as_ref().map(PathBuf::from);
         config.regenerate.mps_pipe_dir = settings.mps_pipe_dir.as_ref().map(PathBuf::from);
+        config.regenerate.hook_timeout_secs = settings.hook_timeout_secs;
         config.requests.accept_volume_mounts = settings.accept_volume_mounts;
         let shown = settings.host_root.shown(&settings.runtime_config);
         let body = toml::to_string(&config)

@@ -46,6 +46,9 @@ pub struct Settings {
     pub nvml_lib: Option<String>,
     /// The MPS control daemon's pipe directory (host path), when the node runs MPS; `None`: no MPS.
     pub mps_pipe_dir: Option<String>,
+    /// The OCI timeout of the spec's hook runs, in seconds (the spec written at install, and the
+    /// shim's `[regenerate] hook-timeout-secs`).
+    pub hook_timeout_secs: u32,
     /// Where the shim is linked onto containerd's `PATH` when containerd ignores `runtime_path`.
     pub shim_link_dir: String,
     /// The installer's state directory.
@@ -81,6 +84,7 @@ impl Settings {
             sys_root: "/sys".into(),
             nvml_lib: None,
             mps_pipe_dir: None,
+            hook_timeout_secs: nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
             shim_link_dir: "/usr/local/bin".into(),
             state_dir: "/var/lib/nvinject/installer".into(),
             lock_file: "/run/nvinject-installer.lock".into(),

@@ -199,6 +199,7 @@ fn cdi_gen_roots_linking_out_are_refused() {
             nvml_lib: None,
             hook_path: "/usr/local/nvinject/bin/nvinject-hook".into(),
             mps_pipe_dir: None,
+            hook_timeout_secs: 30,
         };
         match field {
             "driver" => r.driver_root = value.into(),

@@ -425,6 +425,8 @@ fn main() {
         percentile(&extra, 0.9)
     );
 
+    hook_run_against_its_timeout(&node, runs);
+
     // Memory per pod: a long-running GPU container, then its proxy's and its runc shim's memory.
     let mut cmd = node.containerd.ctr();
     cmd.args([
@@ -458,4 +460,54 @@ fn main() {
     let _ = node.containerd.ctr().args(["tasks", "delete", "-f", "rss"]).output();
     let _ = node.containerd.ctr().args(["containers", "delete", "rss"]).output();
     drop(node);
+}
+
+/// The hook's own run (`nvinject-hook inject`, as runc runs it for a 1-GPU container) against the
+/// OCI `timeout` the spec gives it: the spec is regenerated with `--hook-path` at a wrapper that
+/// times the real hook (the wrapper's own shell is outside the figure) and logs nanoseconds.
+fn hook_run_against_its_timeout(node: &GpuNode, runs: usize) {
+    let dir = node.base().join("timed-hook");
+    std::fs::create_dir_all(&dir).expect("timed-hook dir");
+    let log = dir.join("ns.log");
+    let wrapper = dir.join("nvinject-hook");
+    let real = node.bin_dir.join("nvinject-hook");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nt0=$(date +%s%N)\n'{}' \"$@\"\nrc=$?\nt1=$(date +%s%N)\necho $((t1 - t0)) >> '{}'\nexit $rc\n",
+            real.display(),
+            log.display()
+        ),
+    )
+    .expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    nvinject_node_harness::node::generate_spec_with(&node.roots, &wrapper, &node.spec_path, &[])
+        .expect("spec with the timing wrapper");
+    let spec: Value = serde_json::from_slice(&std::fs::read(&node.spec_path).expect("spec")).expect("json");
+    let timeout_s = spec["containerEdits"]["hooks"][0]["timeout"].as_f64().unwrap_or(f64::NAN);
+    let opts = RunOptions {
+        command: vec![PROBE_PATH.to_owned(), "exit".to_owned(), "0".to_owned()],
+        annotations: vec![("cdi.k8s.io/bench".into(), "nvidia.com/gpu=1".into())],
+        ..Default::default()
+    };
+    for round in 0..runs + 2 {
+        let r = node.run(&format!("timed-{round}"), &opts).expect("run");
+        assert_eq!(r.status, 0, "timed run {round} failed: {}", r.stderr);
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    // The first two runs warm the page cache for the wrapper.
+    let mut ms: Vec<f64> =
+        text.lines().skip(2).filter_map(|l| l.trim().parse::<f64>().ok()).map(|ns| ns / 1e6).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let worst = ms.last().copied().unwrap_or(f64::NAN);
+    println!("\n== the hook's own run against its OCI timeout ({} runs of a 1-GPU container) ==", ms.len());
+    println!(
+        "hook run: median {:.1} ms, p90 {:.1} ms, max {:.1} ms; spec timeout {timeout_s} s = {:.0}x the slowest run",
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.9),
+        worst,
+        timeout_s * 1000.0 / worst
+    );
+    nvinject_node_harness::node::generate_spec(&node.roots, &real, &node.spec_path).expect("spec back");
 }

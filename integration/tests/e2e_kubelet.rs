@@ -277,6 +277,7 @@ fn probe_pod(name: &str, gpus: usize) -> StaticPod {
 /// A pod that was admitted and runs: its UID, the GPUs the kubelet allocated, the probe's report.
 struct Admitted {
     pod: StaticPod,
+    uid: String,
     gpus: Vec<String>,
     report: Value,
 }
@@ -295,7 +296,7 @@ fn admit(node: &mut KubeNode, pod: StaticPod, timings: &mut Vec<(String, Duratio
         })
         .unwrap_or_else(|e| panic!("pod {}: {e}", pod.name));
     println!("pod {}: manifest -> container running in {:.3?}; allocated {gpus:?}", pod.name, running.after);
-    Admitted { pod, gpus, report }
+    Admitted { pod, uid: running.pod_uid, gpus, report }
 }
 
 /// Adds `pod` and expects the kubelet's admission to refuse it (not enough free healthy GPUs).
@@ -593,5 +594,118 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
             println!("  {pod:<8} {:>7.3} s", d.as_secs_f64());
         }
         println!("whole run inside the namespaces: {:.1?}", test_started.elapsed());
+    });
+}
+
+/// Issue 32 through a real kubelet: on a node whose spec was installed with `--mps-pipe-dir` and
+/// whose device plugin shares `nvidia.com/gpu` with `sharing.mps`, a pod given a replica gets the
+/// spec's MPS device (the daemon's pipe folder and `CUDA_MPS_PIPE_DIRECTORY`) and reaches the
+/// daemon; a pod without a GPU, through the same runtime, sees neither and does not reach it.
+#[test]
+#[ignore = "needs root"]
+fn mps_shared_pods_get_the_mps_device_through_the_kubelet() {
+    nvinject_test_support::require_root("namespaces, containerd and the kubelet");
+    let artifacts = artifacts();
+    let binaries = nvinject_binaries();
+    isolated("mps_shared_pods_get_the_mps_device_through_the_kubelet", RUN_LIMIT, |inside| {
+        let work = inside.work();
+        let sim = SimNode::build(&work.join("sim"));
+        let pipe_dir = sim.driver_root().join("tmp/nvidia-mps");
+        let dir = pipe_dir.to_string_lossy().into_owned();
+        let probe = probe_image(&work.join("probe.tar")).unwrap_or_else(|e| panic!("{e}"));
+        let shim_link = work.join("shim-link");
+        fs::create_dir_all(&shim_link).unwrap();
+        let options = NodeOptions {
+            node_name: "mps-node".into(),
+            containerd_path_prepend: vec![shim_link.clone()],
+            images: vec![probe],
+            ..NodeOptions::default()
+        };
+        let prepared = PreparedNode::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
+        let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
+        run(installer("install", &sim, &shim_link).arg("--mps-pipe-dir").arg(&pipe_dir));
+        let spec: Value =
+            serde_json::from_slice(&fs::read("/var/run/cdi/nvidia.com-gpu.json").unwrap()).unwrap();
+        let mps = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == "mps");
+        assert!(mps.is_some(), "the installed spec has the mps device");
+        assert!(!spec["containerEdits"].to_string().contains(&dir), "the folder is not in the common edits");
+        let mut node = prepared.start().unwrap_or_else(|e| panic!("{e}"));
+
+        let config = work.join("plugin.yaml");
+        fs::write(
+            &config,
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let mut plugin = Command::new(&binaries[3]);
+        plugin
+            .arg("--nvidia-driver-root")
+            .arg(sim.driver_root())
+            .arg("--nvidia-dev-root")
+            .arg(sim.dev_root())
+            .arg("--proc-root")
+            .arg(sim.dev_root().join("proc"))
+            .arg("--config-file")
+            .arg(&config)
+            .arg("--mps-pipe-dir")
+            .arg(&pipe_dir);
+        node.start_daemon("device-plugin", plugin).unwrap();
+        wait_healthy(&node, "the plugin to register 16 MPS replicas", Duration::from_secs(30), |h| {
+            h.len() == 16
+        });
+
+        let token = |pod: &str| format!("hello-from-{pod}-{}", std::process::id());
+        let server = format!("server-{}", std::process::id());
+        let answer = {
+            let server = server.clone();
+            move |r: &nvinject_node_harness::mps::Received| format!("{server} {}", r.message)
+        };
+        let daemon = nvinject_node_harness::mps::MpsDaemon::start(&pipe_dir, Box::new(answer)).unwrap();
+        let pod = |name: &str, gpus: usize| {
+            let script = format!(
+                "{PROBE_PATH} mps-client \"${{CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}}/control\" {}; \
+                 {PROBE_PATH} report; exec {PROBE_PATH} pause",
+                token(name)
+            );
+            let p = StaticPod::single(name, PROBE_IMAGE, &["/bin/sh", "-c", &script]);
+            if gpus == 0 { p } else { p.with_limit(GPU, &gpus.to_string()) }
+        };
+        let mut timings = Vec::new();
+        let client = admit(&mut node, pod("mps-client", 1), &mut timings);
+        let plain = admit(&mut node, pod("mps-no-gpu", 0), &mut timings);
+        let seen = daemon.stop();
+        println!("daemon saw: {seen:?}");
+
+        assert_eq!(client.gpus.len(), 1);
+        assert!(client.gpus[0].contains("::"), "an MPS replica: {:?}", client.gpus);
+        assert_eq!(client.report["environ"]["CUDA_MPS_PIPE_DIRECTORY"].as_str(), Some(dir.as_str()));
+        let mounted = |r: &Value| {
+            r["mounts"].as_array().into_iter().flatten().any(|m| m["target"].as_str() == Some(dir.as_str()))
+        };
+        assert!(mounted(&client.report), "{dir} not mounted in the MPS client: {}", client.report["mounts"]);
+        let messages: Vec<&str> = seen.received.iter().map(|r| r.message.as_str()).collect();
+        assert_eq!(messages, [token("mps-client")], "only the MPS client reached the daemon");
+        let output = node.container_output(&client.pod, &client.uid, "main");
+        assert!(output.contains(&format!("reply={server} {}", token("mps-client"))), "{output}");
+
+        assert!(plain.gpus.is_empty());
+        assert!(
+            plain.report["environ"].get("CUDA_MPS_PIPE_DIRECTORY").is_none(),
+            "{}",
+            plain.report["environ"]
+        );
+        assert!(!mounted(&plain.report), "{dir} mounted without a GPU: {}", plain.report["mounts"]);
+        println!(
+            "MPS: {} got the mps device and reached the daemon; the pod without a GPU did not",
+            client.pod.name
+        );
+
+        node.shutdown().unwrap_or_else(|e| panic!("{e}"));
+        run(&mut installer("uninstall", &sim, &shim_link));
+        assert_eq!(
+            fs::read(CONTAINERD_CONFIG).unwrap(),
+            original_config,
+            "uninstall restored containerd's config"
+        );
     });
 }

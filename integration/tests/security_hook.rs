@@ -759,3 +759,171 @@ fn the_files_the_hook_writes_cannot_be_turned_into_writes_outside() {
     let lines = a.ldconfig_lines();
     assert!(lines.iter().any(|l| l.trim_start().starts_with("libcuda.so.1 ")), "{lines:#?}");
 }
+
+/// The synthetic ELF files of the ldcache tests and benches (one builder for every hostile shape).
+#[path = "../../ldcache/tests/support/synth_elf.rs"]
+mod synth_elf;
+
+/// Names of the library files the hook reads in `folder` of `rootfs`: `count` symbolic links
+/// `libl<i>.so.1` to `target` (a path inside the rootfs).
+fn links_to(rootfs: &Path, folder: &str, count: usize, target: &str) {
+    let dir = rootfs.join(folder.trim_start_matches('/'));
+    fs::create_dir_all(&dir).unwrap();
+    for i in 0..count {
+        symlink(target, dir.join(format!("libl{i}.so.1"))).unwrap();
+    }
+}
+
+/// Library folders the image's ld.so.conf lists: `/bomb0` .. `/bomb<n-1>`.
+fn bomb_folders(n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("/bomb{k}")).collect()
+}
+
+/// An image that makes the scan as costly per name as it can: `folders` folders of 65,535 links
+/// each (just under the per-folder cap) to one small library, each link the last of a chain of
+/// `chain` links (the kernel follows each chain on every open), listed by ld.so.conf, and no
+/// ld.so.cache (so the hook scans every folder, as for an image without one).
+fn plant_link_folders(r: &Path, folders: usize, chain: usize) {
+    fs::remove_file(r.join("etc/ld.so.cache")).ok();
+    put(r, "/target/libt.so.1", "");
+    fs::write(r.join("target/libt.so.1"), synth_elf::plain_library("libt.so.1")).unwrap();
+    let mut target = "/target/libt.so.1".to_owned();
+    for c in 0..chain {
+        let hop = format!("/chain/hop{c}");
+        put(r, &hop, "");
+        link(r, &hop, &target);
+        target = hop;
+    }
+    let dirs = bomb_folders(folders);
+    for d in &dirs {
+        links_to(r, d, 65_535, &target);
+    }
+    put(r, "/etc/ld.so.conf", &(dirs.join("\n") + "\n"));
+}
+
+/// Issue 32, item 1, through real containerd: images built to keep the root hook busy end within
+/// the hook's work budget (or, past it, at the spec's OCI `timeout`), hold up no other container,
+/// and leave nothing running.
+/// - `needed-bomb`: the issue's file (16,383 `DT_NEEDED` entries naming one 4,095-byte string,
+///   within every limit the reader had) and 10 links to it, no ld.so.cache: before the fix about
+///   5 s of CPU per name (debug build); now each file is read once, within its byte cap, and the
+///   container starts with a correct cache.
+/// - `link-folders`: the next attack on the per-file caps: many cheap names (5 folders of 65,535
+///   links to one library). Each name costs an open, so the scan stops at the work budget, naming
+///   the folder it was in, and the container does not start.
+/// - `link-chains`: the next attack on the budget's per-open charge: each name the end of a chain
+///   of 38 links (two short of the kernel's limit), so each open costs the kernel far more than the budget charges. Stopped by the
+///   budget or, if that were too slow, by runc at the spec's `timeout`; either way it ends.
+/// - `hook-timeout`: the same image with the spec's `--hook-timeout-secs 1`: runc kills the hook
+///   at the timeout and fails the start (the timeout reaches runc and is enforced there).
+/// - While `link-folders` is being refused, a plain GPU container started next to it runs to the
+///   end: the slow start holds no lock another start needs.
+#[test]
+#[ignore = "needs root"]
+fn images_built_to_keep_the_hook_busy_end_within_its_budget_and_hold_up_nothing() {
+    nvinject_test_support::require_root("containerd and runc");
+    let _s = serial();
+    let b = Bench::new();
+    let spec = fs::read_to_string(&b.node.spec_path).unwrap();
+    let timeouts: Vec<i64> = serde_json::from_str::<Value>(&spec).unwrap()["containerEdits"]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["timeout"].as_i64().unwrap_or(0))
+        .collect();
+    assert!(
+        !timeouts.is_empty()
+            && timeouts.iter().all(|&t| t == i64::from(nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS)),
+        "every generated hook carries the default timeout: {timeouts:?}"
+    );
+
+    // The issue's file, past the reader's entry cap (skipped as no library, as a file ldconfig
+    // cannot read is), and the costliest file still within every cap (read, and cached), each
+    // with 10 links to it.
+    let bomb = synth_elf::needed_bomb(16_383, 4_095, Some("libbomb.so.1"));
+    assert!(bomb.len() > 200_000, "the issue's 274 KB file: {} bytes", bomb.len());
+    let near =
+        synth_elf::needed_bomb(nvinject_ldcache::elf::MAX_DYNAMIC_ENTRIES - 3, 4_095, Some("libnear.so.1"));
+    let plant: Plant = &|r, _| {
+        fs::remove_file(r.join("etc/ld.so.cache")).ok();
+        let dir = r.join(LIB_DIR.trim_start_matches('/'));
+        for (file, bytes, stem) in
+            [("libbomb.so.1.0", &bomb, "libbomb"), ("libnear.so.1.0", &near, "libnear")]
+        {
+            fs::write(dir.join(file), bytes).unwrap();
+            for i in 0..10 {
+                symlink(file, dir.join(format!("{stem}{i}.so.1"))).unwrap();
+            }
+        }
+    };
+    let started = std::time::Instant::now();
+    let a = b.attack("needed-bomb", plant);
+    println!("needed-bomb: container start and run took {:?}", started.elapsed());
+    a.assert_started_with_correct_cache();
+    assert!(
+        a.ldconfig_lines().iter().any(|l| l.trim_start().starts_with("libnear.so.1 ")),
+        "the costliest readable file was scanned (its SONAME is cached): {:#?}",
+        a.ldconfig_lines()
+    );
+
+    // A plain container started while the costly one is being refused finishes first and fine.
+    let plain_rootfs = b.case_dir("beside").join("rootfs");
+    fs::create_dir_all(b.case_dir("beside")).unwrap();
+    attack::copy_tree(&b.template, &plain_rootfs).unwrap();
+    let plant: Plant = &|r, _| plant_link_folders(r, 5, 0);
+    let (rootfs, decoy) = b.prepare("link-folders", &b.template, plant);
+    let before = decoy.snapshot().unwrap();
+    let (costly, beside) = std::thread::scope(|s| {
+        let costly = s.spawn(|| {
+            let run = attack::run_in_rootfs(&b.node, "link-folders", &rootfs, DEVICE, RUN_TIMEOUT).unwrap();
+            (run, std::time::Instant::now())
+        });
+        // Once the costly start is under way (its hook is running).
+        let bin = b.node.bin_dir.to_string_lossy().into_owned();
+        process::wait_for("the costly start's hook", RUN_TIMEOUT, || {
+            (!process::find_processes(&bin).is_empty()).then_some(())
+        })
+        .unwrap();
+        let hook_seen = std::time::Instant::now();
+        let beside = attack::run_in_rootfs(&b.node, "beside", &plain_rootfs, DEVICE, RUN_TIMEOUT).unwrap();
+        let beside_done = std::time::Instant::now();
+        let (run, costly_done) = costly.join().unwrap();
+        println!(
+            "link-folders: refused {:?} after its hook was seen; the plain container beside it ran in {:?}",
+            costly_done - hook_seen,
+            beside_done - hook_seen
+        );
+        ((run, costly_done), (beside, beside_done))
+    });
+    let (costly, costly_done) = costly;
+    let (beside, beside_done) = beside;
+    assert!(!costly.timed_out, "link-folders: the start hung (killed after {RUN_TIMEOUT:?})");
+    assert!(beside.ok() && beside.report.is_some(), "the container beside did not run: {}", beside.stderr);
+    assert!(beside_done < costly_done, "the plain container waited for the costly one to be refused");
+    let a = Attack { name: "link-folders".into(), run: costly, rootfs, decoy, before };
+    a.assert_decoy_unchanged();
+    a.assert_failed_clearly(&["work budget", "/bomb"]);
+    assert_clean(&b.node, "link-folders");
+
+    let plant: Plant = &|r, _| plant_link_folders(r, 4, 38);
+    let started = std::time::Instant::now();
+    let a = b.attack("link-chains", plant);
+    println!("link-chains: planted and refused in {:?}", started.elapsed());
+    assert!(!a.run.ok() && a.run.report.is_none(), "link-chains: the container started");
+    let err = &a.run.stderr;
+    assert!(err.contains("work budget") || err.contains("timeout"), "link-chains: {err}");
+
+    // The spec's timeout is enforced by runc: 1 s is far less than the scan above needs.
+    b.node.regenerate_spec(&["--hook-timeout-secs".as_ref(), "1".as_ref()]).unwrap();
+    let plant: Plant = &|r, _| plant_link_folders(r, 5, 0);
+    let started = std::time::Instant::now();
+    let a = b.attack("hook-timeout", plant);
+    println!("hook-timeout: planted and refused in {:?}", started.elapsed());
+    let err = &a.run.stderr;
+    assert!(!a.run.ok() && a.run.report.is_none(), "hook-timeout: the container started");
+    assert!(
+        err.contains("timeout") && !err.contains("work budget"),
+        "hook-timeout: not runc's timeout: {err}"
+    );
+    b.node.regenerate_spec(&[]).unwrap();
+}

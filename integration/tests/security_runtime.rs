@@ -7,7 +7,10 @@
 //!   image files reaching the root hooks), with the other loader variables and `PATH`;
 //! - [`the_spec_lock_cannot_be_held_or_hijacked_by_others`]: reproduction 5 (lock DoS);
 //! - [`hostile_spec_files_cost_nothing_and_are_named`]: reproduction 6 (parser cost), for files of
-//!   other vendors and of our own kind.
+//!   other vendors and of our own kind;
+//! - [`untrusted_specs_never_run_their_hooks_and_foreign_hooks_are_named`]: issue 32 item 2 (spec
+//!   trust): a spec others may write, one owned by `nobody`, one dropped by `nobody` into a spec
+//!   folder anyone may write; and the create log naming another tool's hooks.
 //!
 //! Every wait is bounded, so a hang fails the test; no test asserts on wall time. The tests run one
 //! at a time (two CPU cores, and the host's `/run/containerd/s`).
@@ -592,4 +595,238 @@ fn hostile_spec_files_cost_nothing_and_are_named() {
         out.stderr
     );
     assert_no_shims(&node, "after the hostile specs");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Spec trust
+// ---------------------------------------------------------------------------------------------
+
+/// A root-owned script that records on the host that it ran (as root), as a spec hook's payload.
+struct Payload {
+    dir: tempfile::TempDir,
+    script: PathBuf,
+}
+
+impl Payload {
+    fn new() -> Payload {
+        // Under a folder anyone may enter, so `nobody` can drop a spec next to it (see (c)).
+        let dir = tempfile::Builder::new().prefix("nvinject-trust-").tempdir_in("/tmp").unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let script = dir.path().join("payload.sh");
+        fs::write(&script, "#!/bin/sh\nid -u > \"$1\"\n").unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        Payload { dir, script }
+    }
+
+    fn marker(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("ran-{name}"))
+    }
+
+    /// A CDI hook running the payload on the host (createRuntime: in the runtime's namespace),
+    /// leaving `ran-<name>`.
+    fn hook(&self, name: &str) -> Value {
+        serde_json::json!({
+            "hookName": "createRuntime",
+            "path": self.script.to_string_lossy(),
+            "args": ["payload", self.marker(name).to_string_lossy()],
+        })
+    }
+
+    /// Whether the hook `name` ran, as root; clears the marker.
+    fn ran(&self, name: &str) -> bool {
+        let marker = self.marker(name);
+        let ran = fs::read_to_string(&marker).is_ok_and(|t| t.trim() == "0");
+        let _ = fs::remove_file(&marker);
+        ran
+    }
+}
+
+/// Rewrites the node's `[cdi]` section: its spec folders (lowest priority first) and the switch.
+fn set_cdi(node: &GpuNode, dirs: &[&Path], accept_untrusted: bool) {
+    let config = fs::read_to_string(&node.config_path).unwrap();
+    let dirs: Vec<String> = dirs.iter().map(|d| format!("{:?}", d.to_string_lossy())).collect();
+    let kept: String = config
+        .lines()
+        .filter(|l| !l.starts_with("spec-dirs") && !l.starts_with("accept-untrusted-specs"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cdi =
+        format!("[cdi]\nspec-dirs = [{}]\naccept-untrusted-specs = {accept_untrusted}\n", dirs.join(", "));
+    fs::write(&node.config_path, kept.replacen("[cdi]\n", &cdi, 1)).unwrap();
+}
+
+fn devices_run(node: &GpuNode, id: &str, devices: &str) -> Bounded {
+    let r = CtrRun {
+        image: PROBE_IMAGE.into(),
+        devices: devices.into(),
+        env: vec![],
+        command: vec!["/bin/true".into()],
+    };
+    run(node, id, &r)
+}
+
+/// A GPU container that must be refused naming each of `needles`, leaving nothing behind.
+fn assert_refused_naming(node: &GpuNode, id: &str, devices: &str, needles: &[&str]) {
+    let out = devices_run(node, id, devices);
+    assert_ne!(out.status, 0, "{id}: the container started: {}", out.stdout);
+    for needle in needles {
+        assert!(out.stderr.contains(needle), "{id}: `{needle}` missing from ctr's error: {}", out.stderr);
+    }
+    assert_no_shims(node, id);
+}
+
+/// `nvinject-cdi validate FILE` must fail naming each of `needles`.
+fn assert_validate_refuses(node: &GpuNode, file: &Path, needles: &[&str]) {
+    let out = Command::new(node.bin_dir.join("nvinject-cdi")).arg("validate").arg(file).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "validate {}: {stdout}", file.display());
+    for needle in needles {
+        assert!(stdout.contains(needle), "validate: `{needle}` missing: {stdout}");
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn untrusted_specs_never_run_their_hooks_and_foreign_hooks_are_named() {
+    nvinject_test_support::require_root("containerd, runc and chown");
+    let _s = serial();
+    let node = node(&NodeOptions::default());
+    let payload = Payload::new();
+    let spec_path = node.spec_path.clone();
+    let spec_text = spec_path.to_string_lossy().into_owned();
+
+    // Our own spec, carrying a payload hook, as root wrote it.
+    let mut ours: Value = serde_json::from_slice(&fs::read(&spec_path).unwrap()).unwrap();
+    let hooks = ours["containerEdits"]["hooks"].as_array_mut().unwrap();
+    hooks.push(payload.hook("ours"));
+    fs::write(&spec_path, serde_json::to_vec(&ours).unwrap()).unwrap();
+    fs::set_permissions(&spec_path, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = devices_run(&node, "t-control", GPU0);
+    assert_eq!(out.status, 0, "t-control: {}", out.stderr);
+    assert!(payload.ran("ours"), "control: a trusted spec's hook runs (the route is real)");
+
+    // (a) Our spec made writable by others: refused naming the file, mode and fix; the hook did
+    // not run. Control: a host that accepts untrusted specs runs it, and says so at warn.
+    fs::set_permissions(&spec_path, fs::Permissions::from_mode(0o666)).unwrap();
+    assert_refused_naming(
+        &node,
+        "t-0666",
+        GPU0,
+        &[&format!("untrusted CDI spec {spec_text}"), "mode 0666", &format!("chmod go-w {spec_text}")],
+    );
+    assert!(!payload.ran("ours"), "t-0666: the untrusted spec's hook ran");
+    assert_validate_refuses(&node, &spec_path, &["mode 0666", &format!("chmod go-w {spec_text}")]);
+    set_cdi(&node, &[&node.cdi_dir], true);
+    let out = devices_run(&node, "t-0666-accepted", GPU0);
+    assert_eq!(out.status, 0, "t-0666-accepted: {}", out.stderr);
+    assert!(payload.ran("ours"), "control: accepted, the same spec's hook runs");
+    let log = fs::read_to_string(&node.shim_log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("UNTRUSTED CDI spec used") && l.contains(&spec_text) && l.contains("0666")),
+        "the accepted untrusted spec was not logged:\n{}",
+        process::log_tail(&node.shim_log, 20)
+    );
+    set_cdi(&node, &[&node.cdi_dir], false);
+
+    // (b) Owned by `nobody`, mode 0644: refused naming the owner and the fix. Control: root's again,
+    // its hook runs.
+    fs::set_permissions(&spec_path, fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&spec_path, Some(NOBODY), Some(NOBODY)).unwrap();
+    let fix = format!("chown root:root {spec_text} && chmod 0644 {spec_text}");
+    assert_refused_naming(&node, "t-nobody", GPU0, &["owned by uid 65534", "mode 0644", &fix]);
+    assert!(!payload.ran("ours"), "t-nobody: the untrusted spec's hook ran");
+    assert_validate_refuses(&node, &spec_path, &["owned by uid 65534", &fix]);
+    std::os::unix::fs::chown(&spec_path, Some(0), Some(0)).unwrap();
+    let out = devices_run(&node, "t-root-again", GPU0);
+    assert_eq!(out.status, 0, "t-root-again: {}", out.stderr);
+    assert!(payload.ran("ours"), "control: root's spec's hook runs");
+    // Our spec without the payload from here on.
+    let hooks = ours["containerEdits"]["hooks"].as_array_mut().unwrap();
+    hooks.pop();
+    fs::write(&spec_path, serde_json::to_vec(&ours).unwrap()).unwrap();
+
+    // (c) A higher-priority spec folder anyone may write, and `nobody` drops a spec into it that
+    // would take over GPU 0 (and defines one more device). Non-sticky and sticky alike: set aside,
+    // GPU 0 comes from our spec, the dropped hook never runs; asking for the dropped device names
+    // the folder and the fix. Control: accepted, the dropped spec wins and its hook runs.
+    let drop = payload.dir.path().join("drop");
+    fs::create_dir(&drop).unwrap();
+    fs::set_permissions(&drop, fs::Permissions::from_mode(0o777)).unwrap();
+    let mut evil = serde_json::json!({
+        "cdiVersion": ours["cdiVersion"],
+        "kind": "nvidia.com/gpu",
+        "devices": [ours["devices"][0].clone(), ours["devices"][0].clone()],
+        "containerEdits": {"hooks": [payload.hook("dropped")]},
+    });
+    evil["devices"][1]["name"] = Value::String("evil".into());
+    let staged = payload.dir.path().join("staged.json");
+    fs::write(&staged, serde_json::to_vec(&evil).unwrap()).unwrap();
+    fs::set_permissions(&staged, fs::Permissions::from_mode(0o644)).unwrap();
+    let dropped = drop.join("evil.json");
+    let mut cp = Command::new("/bin/cp");
+    cp.arg(&staged).arg(&dropped).uid(NOBODY).gid(NOBODY);
+    let out = attack::run_bounded(&mut cp, Duration::from_secs(30), node.base(), "nobody-cp").unwrap();
+    assert_eq!(out.status, 0, "nobody drops a spec: {out:?}");
+    assert_eq!(fs::metadata(&dropped).unwrap().uid(), NOBODY);
+    set_cdi(&node, &[&node.cdi_dir, &drop], false);
+    let drop_text = drop.to_string_lossy().into_owned();
+    for mode in [0o777, 0o1777] {
+        fs::set_permissions(&drop, fs::Permissions::from_mode(mode)).unwrap();
+        let id = format!("t-drop-{mode:o}");
+        let out = devices_run(&node, &id, GPU0);
+        assert_eq!(out.status, 0, "{id}: our GPU 0 must still come: {}", out.stderr);
+        assert!(!payload.ran("dropped"), "{id}: the dropped spec's hook ran");
+        assert_refused_naming(
+            &node,
+            &format!("{id}-evil"),
+            "nvidia.com/gpu=evil",
+            &[
+                &format!("untrusted CDI spec {}", dropped.display()),
+                &format!("its folder {drop_text} is owned by uid 0 (root) with mode {mode:04o}"),
+                &format!("chmod go-w {drop_text}"),
+            ],
+        );
+        assert_validate_refuses(&node, &dropped, &[&format!("its folder {drop_text}")]);
+    }
+    set_cdi(&node, &[&node.cdi_dir, &drop], true);
+    let out = devices_run(&node, "t-drop-accepted", GPU0);
+    assert_eq!(out.status, 0, "t-drop-accepted: {}", out.stderr);
+    assert!(payload.ran("dropped"), "control: accepted, the dropped spec takes over GPU 0 and its hook runs");
+    set_cdi(&node, &[&node.cdi_dir], false);
+
+    // Another tool's trusted spec: used, and its hook is named on the create log line, ours not.
+    let other = node.cdi_dir.join("other.com-x.json");
+    let other_spec = serde_json::json!({
+        "cdiVersion": "0.6.0",
+        "kind": "other.com/x",
+        "devices": [{"name": "a", "containerEdits": {"env": ["OTHER=1"]}}],
+        "containerEdits": {"hooks": [payload.hook("other")]},
+    });
+    fs::write(&other, serde_json::to_vec(&other_spec).unwrap()).unwrap();
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = devices_run(&node, "t-foreign", &format!("{GPU0},other.com/x=a"));
+    assert_eq!(out.status, 0, "t-foreign: {}", out.stderr);
+    assert!(payload.ran("other"), "the other tool's hook runs");
+    let create = node
+        .shim_log_for("t-foreign")
+        .into_iter()
+        .find(|l| l["message"] == "container create")
+        .unwrap_or_else(|| panic!("no create line:\n{}", process::log_tail(&node.shim_log, 20)));
+    let foreign = create["foreign_hooks"].as_str().unwrap_or_default();
+    assert_eq!(
+        foreign,
+        format!("{}: {} createRuntime", other.display(), payload.script.display()),
+        "create line: {create}"
+    );
+    // Control: the line does carry our own hooks' runs; they are just not foreign.
+    assert!(ours["containerEdits"]["hooks"].as_array().is_some_and(|h| !h.is_empty()));
+    let control =
+        node.shim_log_for("t-control").into_iter().find(|l| l["message"] == "container create").unwrap();
+    assert_eq!(
+        control["foreign_hooks"].as_str().unwrap_or_default(),
+        format!("{spec_text}: {} createRuntime", payload.script.display()),
+        "with the payload in our spec, that hook (not nvinject-hook) is named: {control}"
+    );
+    assert_no_shims(&node, "after the trust checks");
 }

@@ -545,6 +545,8 @@ fn s11_after_a_driver_upgrade_the_next_cri_container_gets_the_new_driver_with_no
             proc_root: &proc_root,
             sys_root: &sys_root,
             hook: &hook,
+            mps_pipe_dir: None,
+            hook_timeout_secs: nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
         }),
     );
     let mut cri = CriClient::connect(&node.containerd.socket).unwrap();
@@ -717,4 +719,191 @@ fn s10_one_hook_run_gives_the_same_container_as_runc_and_two_hooks() {
     // And the library behind the mount works.
     assert_eq!(by_hook.report()["nvml"]["dlopen"], "ok", "{}", by_hook.report()["nvml"]);
     node.assert_no_leftovers(&["s10-hook", "s10-runc"]);
+}
+
+/// The proxy of group `id` (its `--listen` is that group's proxy socket), if running.
+fn proxy_of(node: &GpuNode, id: &str) -> Option<process::ProcessInfo> {
+    let [_, socket] = node.containerd.shim_sockets(&node.containerd.namespace, id);
+    let listen = format!("unix://{}", socket.display());
+    node.containerd.shim_processes().into_iter().find(|p| {
+        p.argv.iter().any(|a| a == "proxy") && p.argv.windows(2).any(|w| w[0] == "--listen" && w[1] == listen)
+    })
+}
+
+/// Issue 32: the proxy's socket in containerd's socket folder goes with the proxy, whichever way it
+/// ends: with the task (containerd deletes it and shuts the runc shim down), and on a SIGTERM sent
+/// to the proxy's PID while its container runs.
+#[test]
+#[ignore = "needs root"]
+fn s12_the_proxy_socket_goes_with_the_proxy_on_every_exit() {
+    nvinject_test_support::require_root("containerd and runc");
+    let _s = serial();
+    let node = node("h100x8");
+    let run = node
+        .run("s12-done", &RunOptions { annotations: annotation("nvidia.com/gpu=0"), ..Default::default() })
+        .unwrap();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    node.assert_no_leftovers(&["s12-done"]);
+
+    // A running container; its proxy gets SIGTERM.
+    let id = "s12-term";
+    let mut cmd = node.containerd.ctr();
+    cmd.args(["run", "-d", "--runtime", nvinject_node_harness::node::NVINJECT_RUNTIME, "--annotation"])
+        .arg("cdi.k8s.io/test=nvidia.com/gpu=0")
+        .args([
+            nvinject_node_harness::node::PROBE_IMAGE,
+            id,
+            nvinject_node_harness::node::PROBE_PATH,
+            "pause",
+        ]);
+    process::run(&mut cmd).unwrap();
+    let [_, socket] = node.containerd.shim_sockets(&node.containerd.namespace, id);
+    let proxy = process::wait_for("the proxy to run", Duration::from_secs(10), || proxy_of(&node, id))
+        .unwrap_or_else(|e| panic!("{e}: {:?}", node.containerd.shim_processes()));
+    assert!(socket.exists(), "{} missing while the proxy runs", socket.display());
+    let runc_shims: Vec<i32> =
+        node.containerd.shim_processes().iter().filter(|p| p.pid != proxy.pid).map(|p| p.pid).collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy.pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let gone = process::wait_for("the proxy to exit on SIGTERM", Duration::from_secs(10), || {
+        (!process::alive(proxy.pid)).then_some(())
+    });
+    assert!(gone.is_ok(), "proxy {} still running after SIGTERM", proxy.pid);
+    assert!(!socket.exists(), "{} left behind by the proxy's SIGTERM exit", socket.display());
+
+    // containerd lost the proxy, as if the shim had died: it kills and deletes the container. The
+    // runc shim itself stays, idle (nobody is left to send it Shutdown): stopped here by its PID.
+    node.containerd.remove_all_containers();
+    for pid in runc_shims {
+        process::stop_pid(pid, Duration::from_secs(5));
+    }
+    node.assert_no_leftovers(&["s12-done", id]);
+}
+
+/// Issue 32: a Create that containerd's client gives up on while runc still runs it (here `ctr`
+/// killed while a createContainer hook holds the Create) leaves no proxy behind once containerd has
+/// cleaned up. containerd 1.6 gives up on its Delete after 5 s, sends Shutdown and closes the
+/// connection: a proxy that only followed the runc shim stayed, next to a runc shim that stayed too
+/// (checked with such a build, 2026-12-06).
+#[test]
+#[ignore = "needs root"]
+fn s13_an_abandoned_create_leaves_no_proxy_behind() {
+    nvinject_test_support::require_root("containerd and runc");
+    let _s = serial();
+    let node = node("h100x8");
+    // Another vendor's spec whose createContainer hook sleeps: the Create stays in runc meanwhile.
+    let hold = "12.5";
+    std::fs::write(
+        node.cdi_dir.join("example.com-hold.json"),
+        serde_json::json!({
+            "cdiVersion": "0.6.0", "kind": "example.com/hold",
+            "devices": [{"name": "create", "containerEdits": {"hooks": [
+                {"hookName": "createContainer", "path": "/bin/sleep", "args": ["sleep", hold]}
+            ]}}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let id = "s13";
+    let mut cmd = node.containerd.ctr();
+    cmd.args(["run", "--rm", "--runtime", nvinject_node_harness::node::NVINJECT_RUNTIME, "--annotation"])
+        .arg("cdi.k8s.io/test=example.com/hold=create")
+        .args([
+            nvinject_node_harness::node::PROBE_IMAGE,
+            id,
+            nvinject_node_harness::node::PROBE_PATH,
+            "report",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut ctr = cmd.spawn().unwrap();
+    let hook = process::wait_for("the createContainer hook to run", Duration::from_secs(20), || {
+        process::find_processes(hold).into_iter().find(|p| p.argv == ["sleep", hold])
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.containerd.log_tail(30)));
+    let proxy = proxy_of(&node, id).expect("the proxy serves the Create");
+    let shims: Vec<i32> = node.containerd.shim_processes().iter().map(|p| p.pid).collect();
+    let runc_shim = node
+        .containerd
+        .shim_processes()
+        .into_iter()
+        .find(|p| p.argv[0].ends_with("containerd-shim-runc-v2"))
+        .expect("the runc shim runs the Create");
+
+    // The client gives up mid-Create.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(ctr.id() as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    let _ = ctr.wait();
+    // containerd's own cleanup of the failed Create (a Delete and a Shutdown, each with its own
+    // timeout) runs; then the proxy has nothing left to serve.
+    let gone = process::wait_for("the proxy to exit", Duration::from_secs(30), || {
+        (!process::alive(proxy.pid)).then_some(())
+    });
+    // Whatever happened, the hook is done before anything is cleaned up.
+    let _ = process::wait_for("the hook to finish", Duration::from_secs(30), || {
+        (!process::alive(hook.pid)).then_some(())
+    });
+    let leaked: Vec<i32> = shims.iter().copied().filter(|p| process::alive(*p)).collect();
+    println!(
+        "after the abandoned Create, of {shims:?} (runc shim {}) still running: {leaked:?}",
+        runc_shim.pid
+    );
+    let [_, socket] = node.containerd.shim_sockets(&node.containerd.namespace, id);
+    let socket_left = socket.exists();
+    // The test's own cleanup before asserting: whatever containerd left (a runc shim that took the
+    // container after containerd gave up on it), by the PIDs recorded above.
+    node.containerd.remove_all_containers();
+    for pid in &leaked {
+        process::stop_pid(*pid, Duration::from_secs(5));
+    }
+    let _ = std::process::Command::new("runc")
+        .args([
+            "--root",
+            &format!("/run/containerd/runc/{}", node.containerd.namespace),
+            "delete",
+            "--force",
+            id,
+        ])
+        .output();
+    assert!(gone.is_ok(), "proxy {} still running after the abandoned Create: {:?}", proxy.pid, proxy.argv);
+    assert!(!socket_left, "{} left behind", socket.display());
+}
+
+/// Issue 32: text from the pod reaches containerd and the shim's log escaped and cut: a 70 KB
+/// annotation key and a device name with a line break and a terminal escape.
+#[test]
+#[ignore = "needs root"]
+fn s14_hostile_keys_and_device_names_are_escaped_and_cut_in_errors_and_logs() {
+    nvinject_test_support::require_root("containerd and runc");
+    let _s = serial();
+    let node = node("h100x8");
+    let key = format!("cdi.k8s.io/{}", "k".repeat(70_000));
+    let run = node
+        .run(
+            "s14",
+            &RunOptions {
+                annotations: vec![(key, "nvidia.com/gpu=0\n\x1b[31mred".into())],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_ne!(run.status, 0, "the device name is invalid: {}", run.stdout);
+    let stderr = &run.stderr;
+    assert!(!stderr.contains('\x1b'), "raw escape reached ctr: {stderr:?}");
+    assert!(stderr.contains("gpu=0\\n\\u{1b}[31mred"), "{stderr}");
+    assert!(stderr.contains("...[truncated: 70011 bytes in all]"), "{stderr}");
+    assert!(stderr.len() < 4096, "{} bytes from ctr", stderr.len());
+
+    let refused: Vec<String> = std::fs::read_to_string(&node.shim_log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("container create refused") && l.contains("\"s14\""))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].len() < 4096, "the log line is {} bytes", refused[0].len());
+    let line: Value = serde_json::from_str(&refused[0]).unwrap();
+    let error = line["error"].as_str().unwrap();
+    assert!(!error.contains('\x1b') && !error.contains('\n'), "{error:?}");
+    assert!(error.contains("...[truncated: 70011 bytes in all]"), "{error}");
+    node.assert_no_leftovers(&["s14"]);
 }

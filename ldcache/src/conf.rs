@@ -3,6 +3,7 @@
 //! directory per other line (`DIR=TYPE` legacy suffix honoured). Every file and listing goes
 //! through [`Root`], so an include of `/proc/...` or `../..` reads only inside the root.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nvinject_fsio::root::{EntryType, Root};
@@ -52,23 +53,37 @@ pub(crate) struct ConfReader<'a> {
     root: &'a Root,
     pub dirs: Vec<DirLine>,
     files: usize,
+    /// The files being read, outermost first, with their (device, inode) when known: an include
+    /// of one of them closes a loop.
+    open: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
+
+/// An include line: the file (as the image sees it) and its 1-based line number.
+type IncludedBy<'p> = Option<(&'p Path, usize)>;
 
 impl<'a> ConfReader<'a> {
     pub fn new(root: &'a Root) -> Self {
-        ConfReader { root, dirs: Vec::new(), files: 0 }
+        ConfReader { root, dirs: Vec::new(), files: 0, open: Vec::new() }
     }
 
-    /// Reads `file` (missing: nothing), following includes up to [`MAX_INCLUDE_DEPTH`].
-    pub fn read(&mut self, file: &Path, depth: usize) -> Result<(), LdCacheError> {
-        if depth > MAX_INCLUDE_DEPTH {
-            return Err(LdCacheError::Conf {
-                file: file.display().to_string(),
-                line: 0,
-                message: format!(
-                    "includes nest deeper than {MAX_INCLUDE_DEPTH} (an include loop?); flatten them"
-                ),
-            });
+    /// Reads `file` (missing: nothing), following includes up to [`MAX_INCLUDE_DEPTH`]. An include
+    /// loop or too deep a nest is reported against the include line that closes it.
+    pub fn read(&mut self, file: &Path) -> Result<(), LdCacheError> {
+        self.read_included(file, None)
+    }
+
+    fn read_included(&mut self, file: &Path, by: IncludedBy<'_>) -> Result<(), LdCacheError> {
+        let at_include = |message: String| match by {
+            Some((including, line)) => {
+                LdCacheError::Conf { file: including.display().to_string(), line, message }
+            }
+            None => LdCacheError::Conf { file: file.display().to_string(), line: 0, message },
+        };
+        if self.open.len() > MAX_INCLUDE_DEPTH {
+            return Err(at_include(format!(
+                "including {} nests ld.so.conf files deeper than {MAX_INCLUDE_DEPTH}; flatten the includes",
+                file.display()
+            )));
         }
         self.files += 1;
         if self.files > MAX_CONF_FILES {
@@ -88,6 +103,25 @@ impl<'a> ConfReader<'a> {
                 return Ok(());
             }
         };
+        // Same file by identity, not by name: `ld.so.conf.d/../ld.so.conf` or a link closes a loop
+        // as surely as the file's own name.
+        let id = self.root.metadata(file).ok().flatten().map(|m| (m.dev(), m.ino()));
+        if let Some(first) = self.open.iter().position(|(path, open)| match (open, id) {
+            (Some(open), Some(id)) => *open == id,
+            _ => path == file,
+        }) {
+            let chain: Vec<String> = self.open[first..]
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .chain([file.display().to_string()])
+                .collect();
+            return Err(at_include(format!(
+                "includes {}, which is already being read: an include loop ({}); remove one of these includes",
+                file.display(),
+                chain.join(" -> ")
+            )));
+        }
+        self.open.push((file.to_owned(), id));
         let text = String::from_utf8_lossy(&bytes);
         for (n, raw) in text.split('\n').enumerate() {
             let line = raw.split('#').next().unwrap_or("");
@@ -109,7 +143,7 @@ impl<'a> ConfReader<'a> {
                         file.parent().unwrap_or(Path::new("/")).join(pattern)
                     };
                     for found in glob(self.root, &full)? {
-                        self.read(&found, depth + 1)?;
+                        self.read_included(&found, Some((file, n + 1)))?;
                     }
                 }
             } else if word_is("hwcap") {
@@ -124,6 +158,7 @@ impl<'a> ConfReader<'a> {
                 self.dirs.push(dir_line(line));
             }
         }
+        self.open.pop();
         Ok(())
     }
 }

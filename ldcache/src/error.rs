@@ -48,8 +48,8 @@ pub enum LdCacheError {
         "scanning {dir}: the library scan went past its work budget of {budget} units ({work}); the \
          image's library folders are built oddly (far more names, or larger or odder ELF files, than \
          any distribution ships). Ship a current /etc/ld.so.cache in the image (run its own ldconfig \
-         when building it) so that only the injected folders are scanned, or raise the scan's work \
-         budget for this image"
+         when building it), so that only the injected folders are scanned, or move the image's \
+         libraries into fewer, smaller folders"
     )]
     WorkBudget {
         /// The folder being scanned, inside the root.

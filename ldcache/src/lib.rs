@@ -469,7 +469,7 @@ fn library_dirs(
         lines.push(conf::dir_line(s));
     }
     let mut reader = conf::ConfReader::new(root);
-    reader.read(Path::new(CONF_PATH), 0)?;
+    reader.read(Path::new(CONF_PATH))?;
     lines.append(&mut reader.dirs);
     let layout = Layout::detect(root);
     tracing::debug!(?layout, "builtin library directories");
@@ -913,7 +913,7 @@ mod tests {
         put(r, "/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
         put(r, "/etc/ld.so.conf.d/loop.conf", b"include loop.conf\n");
         let e = plan_at(r, &[]).unwrap_err().to_string();
-        assert!(e.contains("loop.conf") && e.contains("deeper"), "{e}");
+        assert!(e.starts_with("/etc/ld.so.conf.d/loop.conf line 1: ") && e.contains("include loop"), "{e}");
 
         put(r, "/etc/ld.so.conf.d/loop.conf", &vec![b'/'; conf::MAX_CONF_BYTES as usize + 1]);
         let e = plan_at(r, &[]).unwrap_err().to_string();
@@ -925,6 +925,50 @@ mod tests {
         fs::remove_file(r.join("etc/ld.so.conf.d/loop.conf")).unwrap();
         let e = plan_at(r, &[]).unwrap_err();
         assert!(matches!(e, LdCacheError::TooMany { .. }), "{e}");
+    }
+
+    #[test]
+    fn an_include_loop_names_the_file_and_line_that_close_it_not_a_drop_in_read_on_the_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        // As the hook leaves an image: its drop-ins first in the listing, the image's loop after.
+        put(r, "/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
+        put(r, "/etc/ld.so.conf.d/00-compat-nvinject.conf", b"/usr/local/cuda/compat\n");
+        put(r, "/etc/ld.so.conf.d/00-nvinject.conf", b"/usr/lib/x86_64-linux-gnu\n");
+        put(r, "/etc/ld.so.conf.d/zz-image.conf", b"# the image's\n/opt/lib\ninclude ../ld.so.conf\n");
+        let e = plan_at(r, &[]).unwrap_err();
+        match &e {
+            LdCacheError::Conf { file, line, message } => {
+                assert_eq!((file.as_str(), *line), ("/etc/ld.so.conf.d/zz-image.conf", 3), "{e}");
+                assert!(message.contains("include loop"), "{e}");
+                assert!(
+                    message.contains("/etc/ld.so.conf -> /etc/ld.so.conf.d/zz-image.conf -> /etc/ld.so.conf.d/../ld.so.conf"),
+                    "{e}"
+                );
+            }
+            other => panic!("expected a Conf error, got {other:?}"),
+        }
+        assert!(!e.to_string().contains("nvinject.conf"), "{e}");
+
+        // A nest too deep without a loop: named at the include that goes one level too far.
+        put(r, "/etc/ld.so.conf.d/zz-image.conf", b"include /etc/deep/1.conf\n");
+        for i in 1..=conf::MAX_INCLUDE_DEPTH + 2 {
+            put(r, &format!("/etc/deep/{i}.conf"), format!("include {}.conf\n", i + 1).as_bytes());
+        }
+        let e = plan_at(r, &[]).unwrap_err().to_string();
+        let last = conf::MAX_INCLUDE_DEPTH - 1;
+        assert!(
+            e.starts_with(&format!(
+                "/etc/deep/{last}.conf line 1: including /etc/deep/{}.conf nests",
+                last + 1
+            )),
+            "{e}"
+        );
+
+        // The same file included twice, not from itself, is no loop.
+        put(r, "/etc/ld.so.conf.d/zz-image.conf", b"include /etc/twice.conf\ninclude /etc/twice.conf\n");
+        put(r, "/etc/twice.conf", b"/opt/lib\n");
+        assert!(plan_at(r, &[]).is_ok());
     }
 
     #[test]

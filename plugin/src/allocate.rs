@@ -2,13 +2,17 @@
 //!
 //! Pure: [`allocate`] turns one container request into a [`ContainerAllocation`] for the chosen
 //! device-list strategies. Replica ids map to their device; a device asked for twice through two
-//! replicas is given once.
+//! replicas is given once. The replicas of an MPS-shared resource come with the spec's MPS device
+//! (`<kind>=mps`: the MPS daemon's pipe folder and `CUDA_MPS_PIPE_DIRECTORY`), named by the same
+//! function cdi-gen writes it with; no other allocation ever names it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use nvinject_cdi::nvinject::{MPS_DEVICE, mps_device};
+
 use crate::error::RequestError;
-use crate::resources::{Resource, Target};
+use crate::resources::{Resource, SharingStrategy, Target};
 use crate::settings::{DeviceIdStrategy, DeviceListStrategy, Settings};
 
 /// The environment variable NVIDIA's runtimes read.
@@ -87,7 +91,11 @@ fn resolve_request<'r>(
         && s.fail_requests_greater_than_one
         && ids.len() > 1
     {
-        return Err(RequestError::TooManyReplicas { resource: name(), requested: ids.len() });
+        return Err(RequestError::TooManyReplicas {
+            resource: name(),
+            sharing: s.strategy.config_key(),
+            requested: ids.len(),
+        });
     }
     let mut out: Vec<&Target> = Vec::with_capacity(devices.len());
     for d in devices {
@@ -122,7 +130,7 @@ pub fn allocate(
     ids: &[String],
 ) -> Result<ContainerAllocation, RequestError> {
     let targets = resolve_request(resource, container, ids)?;
-    let runtime_ids: Vec<&str> = targets
+    let mut runtime_ids: Vec<&str> = targets
         .iter()
         .map(|t| match settings.device_id_strategy {
             DeviceIdStrategy::Uuid => t.uuid.as_str(),
@@ -130,7 +138,13 @@ pub fn allocate(
         })
         .collect();
     // Sent as text: the kubelet and annotations carry CDI names as strings.
-    let cdi_names: Vec<String> = targets.iter().map(|t| t.cdi_name.to_string()).collect();
+    let mut cdi_names: Vec<String> = targets.iter().map(|t| t.cdi_name.to_string()).collect();
+    if resource.sharing.as_ref().is_some_and(|s| s.strategy == SharingStrategy::Mps) {
+        // After the GPUs: the MPS folder goes only with them (the shim refuses it alone). Bare
+        // `mps` for envvar and volume-mounts, which the runtime qualifies with the default kind.
+        runtime_ids.push(MPS_DEVICE);
+        cdi_names.push(mps_device(&settings.cdi_kind).to_string());
+    }
 
     let mut out = ContainerAllocation::default();
     let strategies = &settings.device_list_strategies;
@@ -308,9 +322,81 @@ mod tests {
         let e = allocate(&r, &s, &[], 0, &req).unwrap_err();
         assert_eq!(
             e,
-            RequestError::TooManyReplicas { resource: "nvidia.com/gpu.shared".into(), requested: 3 }
+            RequestError::TooManyReplicas {
+                resource: "nvidia.com/gpu.shared".into(),
+                sharing: "sharing.timeSlicing",
+                requested: 3
+            }
         );
         assert!(allocate(&r, &s, &[], 0, &ids(&[&format!("{G0}::2")])).is_ok());
+    }
+
+    #[test]
+    fn mps_replicas_come_with_the_mps_device_and_nothing_else_does() {
+        let g0 = format!("{G0}::1");
+        let g1 = format!("{G1}::0");
+        let mps_name = "nvidia.com/gpu=mps";
+        // Exclusive and time-sliced GPUs never name it, whatever the strategy.
+        let mut s = settings();
+        s.device_list_strategies = vec![
+            DeviceListStrategy::CdiAnnotations,
+            DeviceListStrategy::CdiCri,
+            DeviceListStrategy::Envvar,
+            DeviceListStrategy::VolumeMounts,
+        ];
+        let never = |a: &ContainerAllocation| {
+            assert!(!a.annotations.values().any(|v| v.contains("=mps")), "{a:?}");
+            assert!(!a.cdi_devices.iter().any(|d| d.ends_with("=mps")), "{a:?}");
+            assert!(!a.envs.values().any(|v| v.split(',').any(|id| id == "mps")), "{a:?}");
+            assert!(!a.mounts.iter().any(|m| m.container_path.ends_with("/mps")), "{a:?}");
+        };
+        never(&allocate(&two_gpus(&s), &s, &[], 0, &ids(&[G0, G1])).unwrap());
+        s.time_slicing = gpu_time_slicing("gpu.shared", 2, ReplicaPolicy::Distributed);
+        never(&allocate(&two_gpus(&s), &s, &[], 0, &ids(&[&g0, &g1])).unwrap());
+
+        // MPS: the GPUs, then the MPS device, in the CDI annotation and the CRI field.
+        s.mps = s.time_slicing.take();
+        s.device_list_strategies = vec![DeviceListStrategy::CdiAnnotations, DeviceListStrategy::CdiCri];
+        let r = two_gpus(&s);
+        let a = allocate(&r, &s, &[], 0, &ids(&[&g1, &g0])).unwrap();
+        let want = [format!("nvidia.com/gpu={G1}"), format!("nvidia.com/gpu={G0}"), mps_name.to_owned()];
+        assert_eq!(a.annotations.values().next().unwrap(), &want.join(","));
+        assert_eq!(a.cdi_devices, want);
+        assert_eq!(a.envs.get(VISIBLE_DEVICES_ENV).unwrap(), "void");
+        // With a custom kind, the MPS device of that kind.
+        s.cdi_kind = "example.com/accel".parse().unwrap();
+        let r = two_gpus(&s);
+        let a = allocate(&r, &s, &[], 0, &ids(&[&g0])).unwrap();
+        assert_eq!(
+            a.annotations.values().next().unwrap(),
+            &format!("example.com/accel={G0},example.com/accel=mps")
+        );
+        s.cdi_kind = nvinject_cdi::nvinject::default_kind();
+
+        // Envvar and volume-mounts: the bare name, which the runtime gives the default kind.
+        s.device_list_strategies = vec![DeviceListStrategy::Envvar];
+        let r = two_gpus(&s);
+        let a = allocate(&r, &s, &[], 0, &ids(&[&g0])).unwrap();
+        assert_eq!(a.envs.get(VISIBLE_DEVICES_ENV).unwrap(), &format!("{G0},mps"));
+        s.device_list_strategies = vec![DeviceListStrategy::VolumeMounts];
+        let a = allocate(&r, &s, &[], 0, &ids(&[&g0])).unwrap();
+        let marks: Vec<&str> = a.mounts.iter().map(|m| m.container_path.as_str()).collect();
+        assert_eq!(marks, [format!("{VOLUME_MOUNTS_ROOT}/{G0}"), format!("{VOLUME_MOUNTS_ROOT}/mps")]);
+
+        // NVIDIA's MPS default: one replica per container; two are refused unless allowed.
+        let mps = &mut s.mps.as_mut().unwrap();
+        mps.fail_requests_greater_than_one = true;
+        let r = two_gpus(&s);
+        let e = allocate(&r, &s, &[], 0, &ids(&[&g0, &g1])).unwrap_err();
+        assert_eq!(
+            e,
+            RequestError::TooManyReplicas {
+                resource: "nvidia.com/gpu.shared".into(),
+                sharing: "sharing.mps",
+                requested: 2
+            }
+        );
+        assert!(e.to_string().contains("sharing.mps.failRequestsGreaterThanOne"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (`flags.migStrategy`, `flags.plugin.deviceListStrategy`, `sharing.timeSlicing.resources[]`, ...)
 //! mean the same things. Keys NVIDIA's plugin has but nvinject does not act on are accepted and
 //! reported once ([`ResolvedConfig::ignored`]); keys nobody knows are refused with their path, as
-//! are values that would change behaviour we cannot deliver (MPS, GDS).
+//! are values that would change behaviour we cannot deliver (GDS, MOFED). `sharing.mps` needs the
+//! node's MPS pipe directory (`flags.plugin.mpsPipeDir`), the one the CDI spec's `mps` device mounts.
 //!
 //! Precedence is flag > environment > file > default. The binary turns flags and environment
 //! into one [`Overrides`] value (clap gives a flag priority over its environment variable), and

@@ -30,12 +30,14 @@ pub enum RequestError {
     },
     /// `failRequestsGreaterThanOne` and a container asked for several replicas.
     #[error(
-        "{resource}: a container asked for {requested} shared devices; sharing.timeSlicing.\
-         failRequestsGreaterThanOne allows 1 per container"
+        "{resource}: a container asked for {requested} shared devices; {sharing}.failRequestsGreaterThanOne \
+         allows 1 per container"
     )]
     TooManyReplicas {
         /// The resource served.
         resource: String,
+        /// The config section that shares it: `sharing.timeSlicing` or `sharing.mps`.
+        sharing: &'static str,
         /// How many were asked for.
         requested: usize,
     },

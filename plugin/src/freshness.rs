@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use nvinject_cdi::Format;
 use nvinject_cdi::nvinject::{ANNOTATION_DRIVER_VERSION, GenerateInvocation, GeneratorError, run_generator};
+use nvinject_cdi::trust::Role;
 
 /// How long one regeneration may take before it is killed and the check fails.
 pub const GENERATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -68,6 +69,13 @@ pub enum FreshnessError {
         /// The installer's ready file.
         ready_file: PathBuf,
     },
+    /// The spec (or its folder) fails the spec-trust check ([`nvinject_cdi::trust`]) even after
+    /// regeneration: the shim would refuse it, so it is not handed out.
+    #[error("{error}")]
+    Untrusted {
+        /// Names the file or folder, its owner and mode, and the fix.
+        error: nvinject_cdi::UntrustedError,
+    },
     /// The generator ran but the spec is still not for the loaded driver.
     #[error(
         "CDI spec {} still records driver {found:?} after regeneration, but driver {loaded} is loaded: check \
@@ -105,8 +113,11 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     loaded: String,
-    file: (u64, u64, i64, i64, u64),
+    file: FileIdentity,
 }
+
+/// Device, inode, modification time, size and change time (a chmod or chown changes the last).
+type FileIdentity = (u64, u64, i64, i64, u64, i64, i64);
 
 /// The spec to keep fresh and how to regenerate it.
 #[derive(Debug)]
@@ -137,6 +148,11 @@ pub struct GenerateRoots<'a> {
     pub sys_root: &'a Path,
     /// The hook path the spec names.
     pub hook: &'a Path,
+    /// The node's MPS pipe directory (host path), when MPS is configured: the regenerated spec
+    /// keeps its `mps` device, which the plugin hands out with MPS-shared GPUs.
+    pub mps_pipe_dir: Option<&'a Path>,
+    /// The OCI timeout of the spec's hook runs, in seconds.
+    pub hook_timeout_secs: u32,
 }
 
 /// `nvinject-cdi generate`'s arguments for a spec over these roots, in JSON, of the default kind,
@@ -151,7 +167,8 @@ pub fn generate_args(roots: &GenerateRoots<'_>) -> Vec<OsString> {
         sys_root: roots.sys_root.to_owned(),
         hook_path: roots.hook.to_owned(),
         nvml_lib: None,
-        mps_pipe_dir: None,
+        mps_pipe_dir: roots.mps_pipe_dir.map(Path::to_owned),
+        hook_timeout_secs: Some(roots.hook_timeout_secs),
         output: roots.spec.to_owned(),
         kind: None,
         format: Format::Json,
@@ -195,6 +212,17 @@ impl SpecFreshness {
             *last = None;
             return Ok(Outcome::NoDriver);
         };
+        // The spec's folders first, every time (a few stats): a chmod of a folder changes nothing
+        // the file's identity shows, and a folder others may change stays so whatever is written
+        // in it, so there is nothing to regenerate.
+        if let Some(dir) = self.spec.parent()
+            && dir.exists()
+            && let Err(error) =
+                nvinject_cdi::trust::check_dirs(&self.spec, dir, &nvinject_cdi::Owners::this_process())
+        {
+            *last = None;
+            return Err(FreshnessError::Untrusted { error: error.with_host_names() });
+        }
         let file = self.identity();
         if let (Some(seen), Some(file)) = (last.as_ref(), file)
             && seen.loaded == loaded
@@ -202,15 +230,28 @@ impl SpecFreshness {
         {
             return Ok(Outcome::Fresh);
         }
-        let recorded = self.recorded_version();
+        // What is read back goes through the same trust check as the shim's: an untrusted spec is
+        // regenerated (the generator renames a root-owned 0644 file over it), never handed out.
+        let (recorded, untrusted) = match self.recorded_version() {
+            Ok(v) => (v, None),
+            Err(e) => (None, Some(e)),
+        };
         if recorded.as_deref() == Some(loaded.as_str()) {
             *last = file.map(|file| Seen { loaded, file });
             return Ok(Outcome::Fresh);
         }
         *last = None;
-        let why = match &recorded {
-            Some(v) => format!("stale (driver {v})"),
-            None => "missing or unreadable".to_owned(),
+        // A folder changed since the check above: as there, nothing to regenerate.
+        if let Some(error) = untrusted
+            .as_ref()
+            .filter(|e| !matches!(e, nvinject_cdi::UntrustedError::Untrusted { role: Role::File, .. }))
+        {
+            return Err(FreshnessError::Untrusted { error: error.clone() });
+        }
+        let why = match (&recorded, &untrusted) {
+            (_, Some(e)) => format!("untrusted ({e})"),
+            (Some(v), None) => format!("stale (driver {v})"),
+            (None, None) => "missing or unreadable".to_owned(),
         };
         if let Some(ready) = self.ready_file.as_ref().filter(|r| !r.exists()) {
             return Err(FreshnessError::InstallerNotReady {
@@ -228,7 +269,7 @@ impl SpecFreshness {
             command: self.command_line(),
             message,
         })?;
-        let now = self.recorded_version();
+        let now = self.recorded_version().map_err(|error| FreshnessError::Untrusted { error })?;
         if now.as_deref() != Some(loaded.as_str()) {
             return Err(FreshnessError::StillStale {
                 spec: self.spec.clone(),
@@ -241,16 +282,20 @@ impl SpecFreshness {
         Ok(Outcome::Regenerated { from: recorded.unwrap_or_default(), to: loaded })
     }
 
-    /// Device, inode, modification time and size: a rename over the spec changes the inode.
-    fn identity(&self) -> Option<(u64, u64, i64, i64, u64)> {
+    /// A rename over the spec changes the inode; a chmod or chown its change time.
+    fn identity(&self) -> Option<FileIdentity> {
         let m = std::fs::metadata(&self.spec).ok()?;
-        Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+        Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size(), m.ctime(), m.ctime_nsec()))
     }
 
-    /// The driver version the spec records; `None` when it is missing, unreadable or has none.
-    fn recorded_version(&self) -> Option<String> {
-        let spec = nvinject_cdi::load_file(&self.spec).ok()?;
-        spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned()
+    /// The driver version the spec records; `Ok(None)` when it is missing, unreadable or has none;
+    /// `Err` when it fails the spec-trust check.
+    fn recorded_version(&self) -> Result<Option<String>, nvinject_cdi::UntrustedError> {
+        match nvinject_cdi::load_trusted_file(&self.spec, &nvinject_cdi::Owners::this_process(), false) {
+            Ok((spec, _)) => Ok(spec.annotations.get(ANNOTATION_DRIVER_VERSION).cloned()),
+            Err(nvinject_cdi::SpecError::Untrusted(e)) => Err(e),
+            Err(_) => Ok(None),
+        }
     }
 
     fn command_line(&self) -> String {
@@ -376,6 +421,31 @@ mod tests {
     }
 
     #[test]
+    fn an_untrusted_spec_is_never_read_back_as_fresh() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = fixture("550.54.15", Some("550.54.15"), GOOD);
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+        // Made writable by others (a chmod keeps inode and mtime): regenerated, which renames a
+        // file of ours over it.
+        let spec = f.freshness.spec().to_owned();
+        fs::set_permissions(&spec, fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(f.freshness.ensure_fresh().unwrap(), Outcome::Regenerated { .. }));
+        assert_eq!(fs::metadata(&spec).unwrap().permissions().mode() & 0o002, 0);
+        assert_eq!(runs(&f), 1);
+        // A folder others may write: refused naming it and the fix, without running the generator.
+        let dir = spec.parent().unwrap();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = f.freshness.ensure_fresh().unwrap_err();
+        assert!(matches!(e, FreshnessError::Untrusted { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("its folder {}", dir.display())) && text.contains("0777"), "{text}");
+        assert!(text.contains(&format!("chmod go-w {}", dir.display())), "{text}");
+        assert_eq!(runs(&f), 1);
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
+    }
+
+    #[test]
     fn a_spec_replaced_behind_our_back_is_checked_again() {
         let f = fixture("550.54.15", Some("550.54.15"), GOOD);
         assert_eq!(f.freshness.ensure_fresh().unwrap(), Outcome::Fresh);
@@ -426,9 +496,29 @@ mod tests {
             proc_root: Path::new("/proc"),
             sys_root: Path::new("/sys"),
             hook: Path::new("/usr/local/nvinject/bin/nvinject-hook"),
+            mps_pipe_dir: None,
+            hook_timeout_secs: 30,
         });
         let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
         text.join(" ")
+    }
+
+    #[test]
+    fn the_mps_pipe_dir_is_passed_on_so_the_mps_device_survives_regeneration() {
+        let a = generate_args(&GenerateRoots {
+            spec: Path::new("/var/run/cdi/nvidia.com-gpu.json"),
+            driver_root: Path::new("/"),
+            container_driver_root: None,
+            dev_root: Path::new("/"),
+            proc_root: Path::new("/proc"),
+            sys_root: Path::new("/sys"),
+            hook: Path::new("/usr/local/nvinject/bin/nvinject-hook"),
+            mps_pipe_dir: Some(Path::new("/run/nvidia/mps")),
+            hook_timeout_secs: 30,
+        });
+        let text: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        assert!(text.join(" ").contains("--mps-pipe-dir /run/nvidia/mps"), "{text:?}");
+        assert!(!roots(None).contains("--mps-pipe-dir"), "none unless MPS is configured");
     }
 
     #[test]
@@ -439,6 +529,7 @@ mod tests {
             "{joined}"
         );
         assert!(!joined.contains("--driver-root-ctr-path"), "{joined}");
+        assert!(joined.contains("--hook-timeout-secs 30"), "{joined}");
         assert!(
             joined.contains("--output /var/run/cdi/nvidia.com-gpu.json") && joined.ends_with("--format json")
         );

@@ -43,8 +43,10 @@ pub fn node_labels(inv: &Inventory, plan: &Plan, settings: &Settings) -> BTreeMa
         MigStrategy::Mixed => "mixed",
     };
     put("mig.strategy", strategy.to_owned());
-    let shared = plan.resources.iter().any(|r| r.sharing.is_some());
-    put("gpu.sharing-strategy", if shared { "time-slicing" } else { "none" }.to_owned());
+    // NVIDIA's values: `mps`, `time-slicing` or `none` (the config never sets both strategies).
+    let strategy =
+        plan.resources.iter().filter_map(|r| r.sharing.as_ref()).map(|s| s.strategy.label()).next();
+    put("gpu.sharing-strategy", strategy.unwrap_or("none").to_owned());
 
     let Some(first) = inv.gpus.first() else { return l };
     put("gpu.family", first.architecture.clone());
@@ -204,6 +206,14 @@ mod tests {
         assert_eq!(get(&l, "gpu.replicas"), "4");
         assert_eq!(get(&l, "gpu.count"), "2");
         assert_eq!(get(&l, "gpu.sharing-strategy"), "time-slicing");
+
+        // MPS: NVIDIA's `mps` value, with the same replica and product labels.
+        s.mps = s.time_slicing.take();
+        let p = plan(&inv, &s, &HostFacts::default()).unwrap();
+        let l = node_labels(&inv, &p, &s);
+        assert_eq!(get(&l, "gpu.sharing-strategy"), "mps");
+        assert_eq!(get(&l, "gpu.replicas"), "4");
+        assert_eq!(get(&l, "gpu.product"), "NVIDIA-A100-SXM4-80GB-SHARED");
     }
 
     #[test]

@@ -90,6 +90,10 @@ struct Cli {
     /// Quiet time after the last critical XID before a GPU is Healthy again (Go duration; 0 = never).
     #[arg(long, env = "NVINJECT_HEALTH_RECOVERY_PERIOD")]
     health_recovery_period: Option<GoDuration>,
+    /// The node's MPS control daemon's pipe directory as the host sees it (the CDI spec's
+    /// --mps-pipe-dir): needed by sharing.mps, and passed on when the spec is regenerated.
+    #[arg(long, env = "NVINJECT_MPS_PIPE_DIR")]
+    mps_pipe_dir: Option<PathBuf>,
     /// How often the plugin checks its socket and kubelet.sock (Go duration, above 0).
     #[arg(long, env = "NVINJECT_SOCKET_POLL", default_value = "500ms")]
     socket_poll: GoDuration,
@@ -111,6 +115,11 @@ struct Cli {
     /// The hook path the regenerated spec names.
     #[arg(long, env = "NVINJECT_CDI_HOOK_PATH", default_value = nvinject_cdi::nvinject::DEFAULT_HOOK_PATH)]
     cdi_hook_path: PathBuf,
+    /// The OCI timeout of the regenerated spec's hook runs, in seconds (1 to 3600): the same value
+    /// as the installer's --hook-timeout-secs, so a spec keeps it whoever regenerates it.
+    #[arg(long, env = "NVINJECT_CDI_HOOK_TIMEOUT_SECS", default_value_t = nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    cdi_hook_timeout_secs: u32,
     /// Sys root, where the loaded driver's version is read (`module/nvidia/version`).
     #[arg(long, env = "NVINJECT_SYS_ROOT", default_value = "/sys")]
     sys_root: PathBuf,
@@ -182,6 +191,7 @@ impl Cli {
             metrics_address: self.metrics_address.clone(),
             disable_healthchecks: std::env::var("DP_DISABLE_HEALTHCHECKS").ok(),
             recovery_period: self.health_recovery_period,
+            mps_pipe_dir: self.mps_pipe_dir.clone(),
         }
     }
 }
@@ -340,6 +350,8 @@ fn spec_freshness(
         proc_root: &settings.proc_root,
         sys_root: &cli.sys_root,
         hook: &cli.cdi_hook_path,
+        mps_pipe_dir: settings.mps_pipe_dir.as_deref(),
+        hook_timeout_secs: cli.cdi_hook_timeout_secs,
     });
     let f = SpecFreshness::new(
         spec.clone(),

@@ -74,6 +74,17 @@ pub enum PlanError {
         /// The name.
         name: String,
     },
+    /// `sharing.mps` names a resource whose devices are MIG devices (`migStrategy: single`).
+    #[error(
+        "sharing.mps: the devices of {name} are MIG devices ({device}, ...), which are not MPS-shared (as in \
+         NVIDIA's plugin): use migStrategy none, or sharing.timeSlicing"
+    )]
+    MpsOnMig {
+        /// The resource.
+        name: String,
+        /// One of its MIG devices.
+        device: String,
+    },
 }
 
 /// The device a kubelet id stands for: a whole GPU or a MIG device.
@@ -119,9 +130,39 @@ pub struct AdvertisedDevice {
     pub replica: Option<u32>,
 }
 
-/// Time-slicing applied to a resource.
+/// How a resource's replicas share their device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharingStrategy {
+    /// `sharing.timeSlicing`: the containers take turns; nothing else is given.
+    TimeSlicing,
+    /// `sharing.mps`: the containers are clients of the node's MPS control daemon, and each gets
+    /// the spec's MPS device (the daemon's pipe folder) with its GPU.
+    Mps,
+}
+
+impl SharingStrategy {
+    /// The config section that sets it up.
+    pub fn config_key(self) -> &'static str {
+        match self {
+            SharingStrategy::TimeSlicing => "sharing.timeSlicing",
+            SharingStrategy::Mps => "sharing.mps",
+        }
+    }
+
+    /// The value of NVIDIA's `nvidia.com/gpu.sharing-strategy` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            SharingStrategy::TimeSlicing => "time-slicing",
+            SharingStrategy::Mps => "mps",
+        }
+    }
+}
+
+/// Replicas (time-slicing or MPS) applied to a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sharing {
+    /// Time-slicing or MPS.
+    pub strategy: SharingStrategy,
     /// Replicas per device.
     pub replicas: u32,
     /// Refuse containers asking for more than one.
@@ -349,15 +390,25 @@ pub fn plan(inv: &Inventory, settings: &Settings, facts: &HostFacts) -> Result<P
     }
 
     let mut resources: Vec<Resource> = Vec::new();
-    if let Some(ts) = &settings.time_slicing {
+    // The config never sets both (refused where it is resolved).
+    let replicated = [
+        (SharingStrategy::TimeSlicing, "sharing.timeSlicing", &settings.time_slicing),
+        (SharingStrategy::Mps, "sharing.mps", &settings.mps),
+    ];
+    for (strategy, key, ts) in replicated {
+        let Some(ts) = ts else { continue };
         for r in &ts.resources {
             match groups.remove(&r.name) {
-                None => warnings.push(format!(
-                    "sharing.timeSlicing: this node has no `{}` resource, nothing to replicate",
-                    r.name
-                )),
+                None => warnings
+                    .push(format!("{key}: this node has no `{}` resource, nothing to replicate", r.name)),
                 Some(targets) => {
+                    if strategy == SharingStrategy::Mps
+                        && let Some(t) = targets.iter().find(|t| t.mig.is_some())
+                    {
+                        return Err(PlanError::MpsOnMig { name: r.name.to_string(), device: t.uuid.clone() });
+                    }
                     let sharing = Sharing {
+                        strategy,
                         replicas: r.replicas,
                         fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
                         policy: ts.policy,
@@ -606,6 +657,34 @@ pub(crate) mod tests {
         let p = plan(&none_in_mig, &s, &HostFacts::default()).unwrap();
         assert_eq!(names(&p), vec![("nvidia.com/gpu".to_string(), 1)]);
         assert_eq!(p.warnings.len(), 1);
+    }
+
+    #[test]
+    fn mps_replicates_like_time_slicing_and_is_marked_mps() {
+        let inv = inventory(vec![gpu(0, 0, &[]), gpu(1, 1, &[])], &[]);
+        let mut s = settings();
+        s.mps = gpu_time_slicing("gpu.shared", 3, ReplicaPolicy::Distributed);
+        let p = plan(&inv, &s, &HostFacts::default()).unwrap();
+        assert_eq!(names(&p), vec![("nvidia.com/gpu.shared".to_string(), 6)]);
+        let sharing = p.resources[0].sharing.as_ref().unwrap();
+        assert_eq!((sharing.strategy, sharing.replicas), (SharingStrategy::Mps, 3));
+        assert_eq!(p.resources[0].devices[4].id, "GPU-10000000-0000-0000-0000-000000000000::1");
+
+        s.time_slicing = s.mps.take();
+        let p = plan(&inv, &s, &HostFacts::default()).unwrap();
+        assert_eq!(p.resources[0].sharing.as_ref().unwrap().strategy, SharingStrategy::TimeSlicing);
+    }
+
+    #[test]
+    fn mps_refuses_mig_devices() {
+        // migStrategy single makes `nvidia.com/gpu` MIG devices: NVIDIA's plugin refuses MPS there.
+        let uniform = inventory(vec![gpu(0, 0, &[(1, 0, "1g"), (2, 0, "1g")])], &[]);
+        let mut s = settings();
+        s.mig_strategy = MigStrategy::Single;
+        s.mps = gpu_time_slicing("gpu", 2, ReplicaPolicy::Distributed);
+        let e = plan(&uniform, &s, &HostFacts::default()).unwrap_err();
+        assert!(matches!(e, PlanError::MpsOnMig { ref name, .. } if name == "nvidia.com/gpu"), "{e}");
+        assert!(e.to_string().contains("migStrategy none"), "{e}");
     }
 
     #[test]

@@ -94,7 +94,8 @@ pub struct ReplicatedResource {
     pub replicas: u32,
 }
 
-/// Time-slicing, resolved.
+/// Time-slicing, resolved; also the shape of `sharing.mps` (NVIDIA's config gives both the same
+/// `resources[].name/rename/replicas`, `renameByDefault` and `failRequestsGreaterThanOne`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimeSlicing {
@@ -146,6 +147,15 @@ pub struct Settings {
     pub metrics_address: Option<SocketAddr>,
     /// Time-slicing, when configured.
     pub time_slicing: Option<TimeSlicing>,
+    /// MPS sharing, when configured (never with `time_slicing`): replicas as time-slicing makes
+    /// them, and a container given any of them also gets the spec's MPS device (the daemon's pipe
+    /// folder), which no other container gets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mps: Option<TimeSlicing>,
+    /// The node's MPS pipe directory as the host sees it (the `--mps-pipe-dir` the CDI spec was
+    /// generated with): required by `mps`, and passed on when the plugin regenerates the spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mps_pipe_dir: Option<PathBuf>,
     /// Health checking.
     pub health: HealthPolicy,
 }

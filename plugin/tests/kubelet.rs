@@ -318,6 +318,56 @@ fn time_slicing_replicas() {
 
 #[test]
 #[ignore = "needs root"]
+fn mps_replicas_come_with_the_mps_device_and_exclusive_gpus_never_do() {
+    nvinject_test_support::require_root("mknod for the simulated node");
+    let node = Node::preset("h100x8");
+    let config = node.tmp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "version: v1\nflags:\n  plugin:\n    mpsPipeDir: /run/nvidia/mps\n    deviceListStrategy: [cdi-annotations, cdi-cri]\n\
+         sharing:\n  mps:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+    )
+    .unwrap();
+    let (mut k, mut p) = start(&node, &["--config-file", config.to_str().unwrap()]);
+    k.registered("nvidia.com/gpu.shared");
+    let devices = k.devices("nvidia.com/gpu.shared", |d| !d.is_empty());
+    assert_eq!(devices.len(), 32);
+    let (u1, u2) = (node.uuid(1), node.uuid(2));
+    let c =
+        k.allocate("nvidia.com/gpu.shared", json!([[format!("{u2}::3")]])).unwrap()["containers"][0].clone();
+    let want = format!("nvidia.com/gpu={u2},nvidia.com/gpu=mps");
+    assert_eq!(annotation(&c).1, want);
+    assert_eq!(c["cdi_devices"], json!([format!("nvidia.com/gpu={u2}"), "nvidia.com/gpu=mps"]), "{c}");
+    // NVIDIA's MPS default: one replica per container.
+    let e =
+        k.allocate("nvidia.com/gpu.shared", json!([[format!("{u2}::3"), format!("{u1}::0")]])).unwrap_err();
+    assert_eq!(e["code"], "InvalidArgument");
+    let labels = std::fs::read_to_string(node.tmp.path().join("features.d/nvinject")).unwrap();
+    assert!(labels.contains("nvidia.com/gpu.sharing-strategy=mps\n"), "{labels}");
+    assert!(labels.contains("nvidia.com/gpu.replicas=4\n"), "{labels}");
+    p.terminate();
+    drop(k);
+
+    // The same node time-sliced, and exclusive: never the MPS device.
+    for sharing in ["sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n", ""] {
+        std::fs::write(
+            &config,
+            format!("version: v1\nflags:\n  plugin:\n    mpsPipeDir: /run/nvidia/mps\n{sharing}"),
+        )
+        .unwrap();
+        let (mut k, mut p) = start(&node, &["--config-file", config.to_str().unwrap()]);
+        k.registered("nvidia.com/gpu");
+        let devices = k.devices("nvidia.com/gpu", |d| !d.is_empty());
+        let id = ids(&devices)[5].clone();
+        let c = k.allocate("nvidia.com/gpu", json!([[id]])).unwrap()["containers"][0].clone();
+        let (_, names) = annotation(&c);
+        assert!(names.starts_with("nvidia.com/gpu=GPU-") && !names.contains("mps"), "{sharing}: {names}");
+        p.terminate();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
 fn kubelet_restart_and_absence() {
     nvinject_test_support::require_root("mknod for the simulated node");
     let node = Node::preset("single");
@@ -520,6 +570,11 @@ fn malformed_configs_are_refused_naming_file_and_field() {
         ),
         ("version: v3\n", "version"),
         ("flags: [\n", "flags"),
+        // MPS without the node's pipe directory: the key, and the fix.
+        (
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 2\n",
+            "sharing.mps",
+        ),
     ] {
         let (ok, err) = run(yaml, &[], &[]);
         assert!(!ok, "{yaml} accepted");

@@ -5,7 +5,12 @@
 //!
 //! Nothing is written unless every requested device resolved and every edit applied, so a refused
 //! Create leaves the bundle exactly as containerd wrote it. Each container gets one log line:
-//! its id, what it asked for and through which source, what was injected, and the time spent.
+//! its id, what it asked for and through which source, what was injected, every hook it got that
+//! is not nvinject's own (`foreign_hooks`), and the time spent.
+//!
+//! Spec files go through the spec-trust check ([`nvinject_cdi::trust`]) in the registry: an
+//! untrusted one is set aside (a Create that needs it is refused naming it and the fix), or with
+//! `[cdi] accept-untrusted-specs` used and logged at warn at each use.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -17,8 +22,10 @@ use std::time::Instant;
 
 use containerd_shim_protos::api::CreateTaskRequest;
 use nvinject_cdi::apply::{apply_edits, has_device_node};
-use nvinject_cdi::nvinject::ANNOTATION_DEV_ROOT;
-use nvinject_cdi::{ContainerEdits, QualifiedName, Registry, ResolveError};
+use nvinject_cdi::nvinject::{ANNOTATION_DEV_ROOT, ANNOTATION_GENERATED_BY, DEFAULT_HOOK_PATH, HOOK_PROGRAM};
+use nvinject_cdi::trust::{Owners, TrustPolicy};
+use nvinject_cdi::{ContainerEdits, Hook, QualifiedName, Registry, ResolveError};
+use nvinject_fsio::escape::escape_within;
 use nvinject_fsio::{Durability, WriteOptions};
 use serde_json::Value;
 use ttrpc::proto::Code;
@@ -151,6 +158,11 @@ pub struct Outcome {
     pub hooks_merged: usize,
     /// What was done with each hook run of NVIDIA's hook in the edits (`sub=translated|kept|dropped`).
     pub nvidia_hooks: Vec<String>,
+    /// Hooks the container got that are not nvinject's own hook (`<spec file>: <path> <point>`,
+    /// escaped): another tool's, or NVIDIA's kept, or ours named by an untrusted spec.
+    pub foreign_hooks: Vec<String>,
+    /// Untrusted spec files used (only with `[cdi] accept-untrusted-specs`), with why.
+    pub untrusted_specs: Vec<String>,
     /// Whether config.json was rewritten.
     pub wrote: bool,
     /// Microseconds reading and parsing config.json.
@@ -171,6 +183,8 @@ pub struct Injector {
     // `[regenerate] hook-path`: the hook NVIDIA's hook runs are translated to.
     hook_path: Option<PathBuf>,
     one_hook_run: bool,
+    // `[regenerate] hook-timeout-secs`: the OCI timeout of a hook run the shim writes itself.
+    hook_timeout_secs: u32,
     honour_driver_capabilities: bool,
     // Kept between Creates: unchanged spec files are not parsed again.
     registry: Mutex<Registry>,
@@ -193,8 +207,15 @@ impl Injector {
             dev_root: config.regenerate.dev_root.clone(),
             hook_path: config.regenerate.hook_path.clone(),
             one_hook_run: config.runtime.one_hook_run,
+            hook_timeout_secs: config.regenerate.hook_timeout_secs,
             honour_driver_capabilities: config.requests.driver_capabilities == DriverCapabilities::Honour,
-            registry: Mutex::new(Registry::scan(&config.cdi.spec_dirs)),
+            registry: Mutex::new(Registry::scan_with(
+                &config.cdi.spec_dirs,
+                TrustPolicy {
+                    owners: Owners::this_process(),
+                    accept_untrusted: config.cdi.accept_untrusted_specs,
+                },
+            )),
         }
     }
 
@@ -231,7 +252,7 @@ impl Injector {
         outcome.requested = names.iter().map(ToString::to_string).collect();
         outcome.ignored = describe_ignored(&ignored);
 
-        let mut edits = {
+        let edits = {
             // Regeneration runs the generator for seconds: never under the registry lock, which
             // every Create of this pod takes. The spec lock orders regenerations instead.
             let loaded = self.freshness.loaded_version();
@@ -250,6 +271,7 @@ impl Injector {
             }
             self.collect_edits(&registry, &names, &source, &oci, &mut outcome)?
         };
+        let (mut edits, origins) = edits;
         if outcome.injected.is_empty() {
             outcome.inject_us = micros(t1);
             return Ok(outcome);
@@ -262,6 +284,9 @@ impl Injector {
             .iter()
             .map(ToString::to_string)
             .collect();
+        // After the translation, which may hand NVIDIA's runs to whichever nvinject-hook the
+        // edits name, and before folding, which merges our runs.
+        outcome.foreign_hooks = origins.foreign(&edits.hooks, self.hook_path.as_deref());
         if let Some(requested) = requested_caps {
             // Only removes: what stays is always the spec's own.
             let filtered = capabilities::filter_edits(&mut edits, requested.capabilities);
@@ -283,7 +308,12 @@ impl Injector {
         if self.one_hook_run
             && let Some(hook_path) = crate::nvidia_hooks::nvinject_hook_path(&edits.hooks)
         {
-            let folded = crate::mount_hook::fold_into_one_run(&mut oci, &edits.mounts, hook_path);
+            let folded = crate::mount_hook::fold_into_one_run(
+                &mut oci,
+                &edits.mounts,
+                hook_path,
+                self.hook_timeout_secs,
+            );
             outcome.mounts_in_hook = folded.mounts;
             outcome.hooks_merged = folded.hooks_merged;
         }
@@ -317,8 +347,9 @@ impl Injector {
         source: &request::Source,
         oci: &Value,
         outcome: &mut Outcome,
-    ) -> Result<ContainerEdits, InjectError> {
+    ) -> Result<(ContainerEdits, HookOrigins), InjectError> {
         let mut edits = ContainerEdits::default();
+        let mut origins = HookOrigins::default();
         let mut specs_applied: BTreeSet<PathBuf> = BTreeSet::new();
         for name in names {
             let resolved = registry.resolve(name).map_err(|error| InjectError::Unresolvable {
@@ -337,9 +368,21 @@ impl Injector {
             // looked up inside the spec's dev root (its annotation, else `[regenerate] dev-root`).
             let first_new = edits.device_nodes.len();
             if specs_applied.insert(resolved.path.to_owned()) {
+                if let Some(untrusted) = resolved.untrusted {
+                    // The host chose to accept such files; every use says so, loudly.
+                    tracing::warn!(
+                        device = %name,
+                        spec = %resolved.path.display(),
+                        untrusted = %untrusted,
+                        "UNTRUSTED CDI spec used because [cdi] accept-untrusted-specs = true: its hooks run as root"
+                    );
+                    outcome.untrusted_specs.push(untrusted.to_string());
+                }
                 edits.append(&resolved.spec.container_edits);
+                origins.add(&resolved, &resolved.spec.container_edits.hooks);
             }
             edits.append(&resolved.device.container_edits);
+            origins.add(&resolved, &resolved.device.container_edits.hooks);
             let dev_root = resolved
                 .spec
                 .annotations
@@ -354,7 +397,69 @@ impl Injector {
             .map_err(|error| InjectError::HostDevice { device: name.to_string(), error })?;
             outcome.injected.push(name.to_string());
         }
-        Ok(edits)
+        Ok((edits, origins))
+    }
+}
+
+/// Where the edits' hooks came from, to tell nvinject's own hook runs from everyone else's.
+#[derive(Debug, Default)]
+struct HookOrigins {
+    /// Each hook as a spec wrote it, with the spec file.
+    hooks: Vec<(Hook, PathBuf)>,
+    /// Paths of nvinject-hook that trusted specs nvinject-cdi wrote run.
+    ours: BTreeSet<String>,
+}
+
+/// Most foreign hooks named on the create log line; the rest are counted.
+const FOREIGN_HOOKS_SHOWN: usize = 16;
+
+impl HookOrigins {
+    fn add(&mut self, resolved: &nvinject_cdi::Resolved<'_>, hooks: &[Hook]) {
+        let ours =
+            resolved.untrusted.is_none() && resolved.spec.annotations.contains_key(ANNOTATION_GENERATED_BY);
+        for hook in hooks {
+            if ours && Path::new(&hook.path).file_name().is_some_and(|f| f == HOOK_PROGRAM) {
+                self.ours.insert(hook.path.clone());
+            }
+            self.hooks.push((hook.clone(), resolved.path.to_owned()));
+        }
+    }
+
+    /// Each of `hooks` (the edits as they will be applied) that does not run nvinject's own hook
+    /// (one of our specs names it, or `[regenerate] hook-path`, or the installer's path), as
+    /// `<spec file>: <path> <point>`, escaped; at most [`FOREIGN_HOOKS_SHOWN`].
+    fn foreign(&self, hooks: &[Hook], configured: Option<&Path>) -> Vec<String> {
+        let is_ours = |h: &Hook| {
+            self.ours.contains(&h.path)
+                || h.path == DEFAULT_HOOK_PATH
+                || configured.is_some_and(|c| Path::new(&h.path) == c)
+        };
+        let foreign: Vec<&Hook> = hooks.iter().filter(|h| !is_ours(h)).collect();
+        let mut shown: Vec<String> = foreign
+            .iter()
+            .take(FOREIGN_HOOKS_SHOWN)
+            .map(|h| {
+                // A hook the NVIDIA translation rewrote is no longer equal to what a spec wrote.
+                let from = self
+                    .hooks
+                    .iter()
+                    .find(|(o, _)| o == *h)
+                    .or_else(|| {
+                        self.hooks.iter().find(|(o, _)| o.hook_name == h.hook_name && o.path == h.path)
+                    })
+                    .map_or_else(|| "NVIDIA hook translated".to_owned(), |(_, p)| p.display().to_string());
+                format!(
+                    "{}: {} {}",
+                    nvinject_fsio::escape::escape(&from),
+                    nvinject_fsio::escape::escape(&h.path),
+                    nvinject_fsio::escape::escape_within(&h.hook_name, 32)
+                )
+            })
+            .collect();
+        if foreign.len() > FOREIGN_HOOKS_SHOWN {
+            shown.push(format!("... {} more", foreign.len() - FOREIGN_HOOKS_SHOWN));
+        }
+        shown
     }
 }
 
@@ -375,6 +480,8 @@ impl CreateGate for Injector {
                 mounts_in_hook = o.mounts_in_hook,
                 hooks_merged = o.hooks_merged,
                 nvidia_hooks = %o.nvidia_hooks.join(","),
+                foreign_hooks = %o.foreign_hooks.join("; "),
+                untrusted_specs = o.untrusted_specs.len(),
                 wrote = o.wrote,
                 read_us = o.read_us,
                 inject_us = o.inject_us,
@@ -385,7 +492,9 @@ impl CreateGate for Injector {
         }
         result.map(|_| ()).map_err(|e| Rejection {
             code: e.code(),
-            message: format!("nvinject: container {}: {e}", request.id),
+            // Backstop for text from the pod or image deeper in the error (its own fields are
+            // escaped where they are formatted): containerd shows and logs this as it is.
+            message: format!("nvinject: container {}: {}", request.id, escape_within(&e.to_string(), 8192)),
         })
     }
 }
@@ -550,6 +659,55 @@ mod tests {
         assert_eq!(oci["process"]["env"], json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]));
         // Only config.json in the bundle: no temp file left.
         assert_eq!(fs::read_dir(f.bundle()).unwrap().count(), 1);
+    }
+
+    /// Our spec (nvinject-cdi's annotation, its hook named nvinject-hook) with another tool's hook
+    /// on GPU 1, at `mode`.
+    fn write_spec_with_foreign_hook(f: &Fixture, mode: u32) {
+        let mut spec = spec_json("550.54.15", &[(0, "GPU-aaa"), (1, "GPU-bbb")]);
+        spec["annotations"]["nvinject.io/generated-by"] = json!("nvinject-cdi 0.1.0");
+        spec["containerEdits"]["hooks"][0]["path"] = json!("/opt/nvinject/nvinject-hook");
+        spec["devices"][1]["containerEdits"]["hooks"] =
+            json!([{"hookName": "startContainer", "path": "/usr/bin/other\nhook", "args": ["x"]}]);
+        fs::write(f.spec_path(), serde_json::to_vec(&spec).unwrap()).unwrap();
+        fs::set_permissions(f.spec_path(), fs::Permissions::from_mode(mode)).unwrap();
+        fs::set_permissions(f.dir.path().join("cdi"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn hooks_nvinject_did_not_write_are_named_and_untrusted_specs_are_refused_or_reported() {
+        let f = Fixture::new();
+        write_spec_with_foreign_hook(&f, 0o644);
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0,nvidia.com/gpu=1"})));
+        let (inj, _) = injector(&f, false);
+        let out = inj.inject(&f.bundle()).unwrap();
+        let spec = f.spec_path().display().to_string();
+        // Escaped: a line break in a spec cannot forge a log line.
+        assert_eq!(out.foreign_hooks, [format!("{spec}: /usr/bin/other\\nhook startContainer")]);
+        assert!(out.untrusted_specs.is_empty());
+
+        // Writable by others: set aside, and the Create refused naming the file, its mode and the fix.
+        write_spec_with_foreign_hook(&f, 0o666);
+        f.write_oci(&oci_with(json!({"cdi.k8s.io/a": "nvidia.com/gpu=0"})));
+        let err = inj.inject(&f.bundle()).unwrap_err();
+        assert_eq!(err.code(), Code::FAILED_PRECONDITION);
+        let text = err.to_string();
+        assert!(text.contains(&format!("untrusted CDI spec {spec}: the file is owned by")), "{text}");
+        assert!(text.contains("mode 0666") && text.contains(&format!("fix: `chmod go-w {spec}`")), "{text}");
+
+        // Accepted by the host's choice: used, reported, and its nvinject-hook no longer counts as ours.
+        let mut config = f.config.clone();
+        config.cdi.accept_untrusted_specs = true;
+        let g = Fixture { dir: f.dir, config };
+        let (inj, _) = injector(&g, false);
+        let out = inj.inject(&g.bundle()).unwrap();
+        assert_eq!(out.injected, ["nvidia.com/gpu=0"]);
+        assert!(
+            out.untrusted_specs.len() == 1 && out.untrusted_specs[0].contains("0666"),
+            "{:?}",
+            out.untrusted_specs
+        );
+        assert_eq!(out.foreign_hooks, [format!("{spec}: /opt/nvinject/nvinject-hook createContainer")]);
     }
 
     #[test]

@@ -45,7 +45,16 @@ pub struct Folded {
 /// `inject` run; when no such run comes first, the mounts get a `bind-mounts` run of their own,
 /// put first.
 /// Applied after the edits, so `oci` already has CDI's replacement and depth order.
-pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -> Folded {
+///
+/// The merged run keeps the OCI `timeout` its runs share (runs with another timeout are not
+/// merged); a `bind-mounts` run of the shim's own gets `own_run_timeout_secs` (`[regenerate]
+/// hook-timeout-secs`), so no run the shim writes lets runc wait for ever.
+pub fn fold_into_one_run(
+    oci: &mut Value,
+    injected: &[Mount],
+    hook_path: &str,
+    own_run_timeout_secs: u32,
+) -> Folded {
     // prestart and createRuntime hooks run after runc's mounts and before any createContainer
     // hook: one of those could look for the files, so with any of them the mounts stay with runc.
     let earlier_hooks = ["prestart", "createRuntime"].iter().any(|point| {
@@ -56,7 +65,7 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
         let leading = oci
             .pointer("/hooks/createContainer")
             .and_then(Value::as_array)
-            .map(|c| leading_nvinject_runs(c, hook_path).len())
+            .map(|c| leading_nvinject_runs(c, hook_path).0.len())
             .unwrap_or(0);
         if leading < 2 {
             // Nothing to move and nothing to merge: config.json stays as CDI applied it.
@@ -73,7 +82,7 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
         .collect();
     let Some(create) = create_container_hooks(oci) else { return Folded::default() };
     let argv0 = hook_path.rsplit('/').next().unwrap_or(hook_path);
-    let leading = leading_nvinject_runs(create, hook_path);
+    let (leading, timeout) = leading_nvinject_runs(create, hook_path);
     if !leading.is_empty() && (leading.len() > 1 || !binds.is_empty()) {
         // The spec's own runs come first (the usual case: nothing else adds hooks): one `inject`
         // run does the mounts and then what each of them did, in their order.
@@ -81,7 +90,11 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
         let mut run = merge(leading);
         (run.argv0, run.mounts) = (argv0.to_owned(), mounts);
         create.drain(..merged);
-        create.insert(0, json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV }));
+        let mut hook = json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV });
+        if let Some(timeout) = timeout {
+            hook["timeout"] = timeout;
+        }
+        create.insert(0, hook);
         return Folded { mounts: binds.len(), hooks_merged: merged };
     }
     if !binds.is_empty() {
@@ -90,7 +103,10 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
             mounts,
             ..HookInvocation::new(HookCommand::BindMounts)
         };
-        create.insert(0, json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV }));
+        create.insert(
+            0,
+            json!({ "path": hook_path, "args": run.to_args(), "env": HOOK_ENV, "timeout": own_run_timeout_secs }),
+        );
     }
     Folded { mounts: binds.len(), hooks_merged: 0 }
 }
@@ -99,16 +115,18 @@ pub fn fold_into_one_run(oci: &mut Value, injected: &[Mount], hook_path: &str) -
 /// stand in for, parsed: `create-symlinks` runs, at most one `enable-cuda-compat` run,
 /// `update-ldcache` runs, at most one `disable-device-node-modification` run and at most one
 /// `update-application-profile` run (the order `inject` does them in, and NVIDIA's), with no
-/// timeout or `--mount` of their own. A run the hook's grammar does not accept ends them (the hook
-/// reports it when it runs).
-fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocation> {
+/// `--mount` of their own and the first one's OCI `timeout` (returned with them; a run with
+/// another ends them). A run the hook's grammar does not accept ends them (the hook reports it
+/// when it runs).
+fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> (Vec<HookInvocation>, Option<Value>) {
     // 0: create-symlinks runs, 1: after the enable-cuda-compat run (at most one: its flags can be
     // given once), 2: update-ldcache runs, 3: after the params run, 4: after the profile run.
     let mut phase = 0;
     let mut runs = Vec::new();
+    let timeout = create.first().and_then(|h| h.get("timeout")).cloned();
     for hook in create {
-        let ours =
-            hook.get("path").and_then(Value::as_str) == Some(hook_path) && hook.get("timeout").is_none();
+        let ours = hook.get("path").and_then(Value::as_str) == Some(hook_path)
+            && hook.get("timeout") == timeout.as_ref();
         let args: Option<Vec<&str>> =
             hook.get("args").and_then(Value::as_array).and_then(|a| a.iter().map(Value::as_str).collect());
         let Some(run) = args.filter(|_| ours).and_then(|a| HookInvocation::parse(&a).ok()) else { break };
@@ -126,7 +144,7 @@ fn leading_nvinject_runs(create: &[Value], hook_path: &str) -> Vec<HookInvocatio
         }
         runs.push(run);
     }
-    runs
+    (runs, timeout)
 }
 
 /// Moves `phase` on to `next` when a run of that phase may come now: at or after the current
@@ -319,7 +337,7 @@ mod tests {
             spec_with(vec![proc_mount.clone(), user_volume.clone(), oci_mount(&smi), oci_mount(&libcuda)]);
         let after_ours = json!({ "path": "/usr/bin/later-hook", "args": ["later-hook"], "env": [] });
         oci["hooks"]["createContainer"].as_array_mut().unwrap().push(after_ours.clone());
-        assert_eq!(fold_into_one_run(&mut oci, &[libcuda.clone(), smi.clone()], HOOK), folded(2, 2));
+        assert_eq!(fold_into_one_run(&mut oci, &[libcuda.clone(), smi.clone()], HOOK, 30), folded(2, 2));
         assert_eq!(
             oci["mounts"],
             json!([proc_mount, user_volume]),
@@ -353,11 +371,12 @@ mod tests {
         let mut oci = spec_with(vec![oci_mount(&libcuda)]);
         let theirs = json!({ "path": "/usr/bin/other-hook", "args": ["other-hook"], "env": [] });
         oci["hooks"]["createContainer"].as_array_mut().unwrap().insert(0, theirs.clone());
-        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&libcuda), HOOK), folded(1, 0));
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&libcuda), HOOK, 30), folded(1, 0));
         let hooks = oci["hooks"]["createContainer"].as_array().unwrap();
         assert_eq!(
             hooks[0],
-            json!({ "path": HOOK, "args": ["nvinject-hook", "--mount", CUDA, "bind-mounts"], "env": HOOK_ENV })
+            json!({ "path": HOOK, "args": ["nvinject-hook", "--mount", CUDA, "bind-mounts"], "env": HOOK_ENV, "timeout": 30 }),
+            "the shim's own run is bounded too ([regenerate] hook-timeout-secs)"
         );
         assert_eq!(hooks[1], theirs, "it still finds the files, as when runc made them");
         assert_eq!(hooks[2..], spec_hooks().as_array().unwrap()[..]);
@@ -369,22 +388,40 @@ mod tests {
         let mut reversed = spec_hooks();
         reversed.as_array_mut().unwrap().reverse();
         let mut oci = json!({ "hooks": { "createContainer": reversed.clone() } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 0));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 0));
         // (A leading update-ldcache alone is one run already: nothing to merge.)
         assert_eq!(oci["hooks"]["createContainer"], reversed);
         let mut timed = spec_hooks();
         timed[1]["timeout"] = json!(5);
         let mut oci = json!({ "hooks": { "createContainer": timed.clone() } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 0));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 0));
         assert_eq!(oci["hooks"]["createContainer"], timed);
         // Without mounts to move, the two runs still become one.
         let mut oci = json!({ "hooks": { "createContainer": spec_hooks() } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 2));
         assert_eq!(oci["hooks"]["createContainer"][0]["args"][1], "inject");
         // A spec with no hooks and nothing to move is left exactly as it was (no empty sections).
         let mut bare = json!({ "mounts": [] });
-        assert_eq!(fold_into_one_run(&mut bare, &[], HOOK), folded(0, 0));
+        assert_eq!(fold_into_one_run(&mut bare, &[], HOOK, 30), folded(0, 0));
         assert_eq!(bare, json!({ "mounts": [] }));
+    }
+
+    #[test]
+    fn the_merged_run_keeps_the_timeout_its_runs_share_and_different_ones_are_not_merged() {
+        let mut timed = spec_hooks();
+        timed[0]["timeout"] = json!(30);
+        timed[1]["timeout"] = json!(30);
+        let mut oci = json!({ "hooks": { "createContainer": timed } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 7), folded(0, 2));
+        let merged = &oci["hooks"]["createContainer"][0];
+        assert_eq!((merged["args"][1].as_str(), &merged["timeout"]), (Some("inject"), &json!(30)));
+        // Another timeout on the second run: merging would change one of them, so both stay.
+        let mut mixed = spec_hooks();
+        mixed[0]["timeout"] = json!(30);
+        mixed[1]["timeout"] = json!(45);
+        let mut oci = json!({ "hooks": { "createContainer": mixed.clone() } });
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 7), folded(0, 0));
+        assert_eq!(oci["hooks"]["createContainer"], mixed);
     }
 
     #[test]
@@ -400,7 +437,7 @@ mod tests {
         let tmpfs = Mount { mount_type: Some("tmpfs".into()), ..cdi_mount("tmpfs", "/b") };
         let mounts = vec![oci_mount(&fw), below, other_source, oci_mount(&idmapped), oci_mount(&tmpfs)];
         let mut oci = spec_with(mounts.clone());
-        assert_eq!(fold_into_one_run(&mut oci, &[fw.clone(), lib, idmapped, tmpfs], HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, &[fw.clone(), lib, idmapped, tmpfs], HOOK, 30), folded(0, 2));
         assert_eq!(oci["mounts"], json!(mounts));
 
         // Kept-ness climbs: a movable mount above a kept one above a user mount stays too.
@@ -410,7 +447,7 @@ mod tests {
             ..cdi_mount("/drv/opt/sub", "/opt/nvidia/sub")
         };
         let mut oci = spec_with(vec![oci_mount(&parent), oci_mount(&child)]);
-        assert_eq!(fold_into_one_run(&mut oci, &[parent, child], HOOK).mounts, 0);
+        assert_eq!(fold_into_one_run(&mut oci, &[parent, child], HOOK, 30).mounts, 0);
         assert_eq!(oci["mounts"].as_array().unwrap().len(), 2);
     }
 
@@ -419,17 +456,17 @@ mod tests {
         let lib = cdi_mount("/drv/lib/libx.so", "/usr/lib/libx.so");
         let mut oci = spec_with(vec![oci_mount(&lib)]);
         oci["linux"]["namespaces"].as_array_mut().unwrap().push(json!({ "type": "user" }));
-        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK, 30), folded(0, 2));
         assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
 
         // A createRuntime hook (run before any createContainer hook) keeps them with runc too.
         let mut oci = spec_with(vec![oci_mount(&lib)]);
         oci["hooks"]["createRuntime"] = json!([{ "path": "/usr/bin/other-hook" }]);
-        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, std::slice::from_ref(&lib), HOOK, 30), folded(0, 2));
         assert_eq!(oci["mounts"].as_array().unwrap().len(), 1);
 
         let mut bare = json!({ "mounts": [oci_mount(&lib)], "hooks": null });
-        assert_eq!(fold_into_one_run(&mut bare, std::slice::from_ref(&lib), HOOK), folded(1, 0));
+        assert_eq!(fold_into_one_run(&mut bare, std::slice::from_ref(&lib), HOOK, 30), folded(1, 0));
         assert_eq!(bare["mounts"], json!([]));
         assert_eq!(bare["hooks"]["createContainer"][0]["args"][3], "bind-mounts");
     }
@@ -453,7 +490,7 @@ mod tests {
             h.remove("hookName");
         }
         // All six fold into one process, the last two as inject's switches.
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 6));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 6));
         assert_eq!(oci["hooks"]["createContainer"].as_array().unwrap().len(), 1);
         assert_eq!(
             oci["hooks"]["createContainer"][0]["args"],
@@ -476,7 +513,7 @@ mod tests {
         let mut create = spec_hooks();
         create.as_array_mut().unwrap().insert(1, compat.clone());
         let mut oci = json!({ "hooks": { "createContainer": create } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 3));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 3));
         assert_eq!(
             oci["hooks"]["createContainer"][0]["args"],
             args(&[
@@ -494,12 +531,12 @@ mod tests {
         create.as_array_mut().unwrap().insert(1, compat.clone());
         create.as_array_mut().unwrap().insert(1, compat.clone());
         let mut oci = json!({ "hooks": { "createContainer": create } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 2));
         assert_eq!(oci["hooks"]["createContainer"][1], compat);
         let mut create = spec_hooks();
         create.as_array_mut().unwrap().push(compat.clone());
         let mut oci = json!({ "hooks": { "createContainer": create } });
-        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK), folded(0, 2));
+        assert_eq!(fold_into_one_run(&mut oci, &[], HOOK, 30), folded(0, 2));
         assert_eq!(oci["hooks"]["createContainer"][1], compat);
     }
 }

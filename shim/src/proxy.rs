@@ -7,9 +7,17 @@
 //! request is decoded, handed to a [`CreateGate`] (which injects the CDI edits into the bundle), and
 //! only then forwarded; if the gate refuses, containerd gets a ttrpc error answer instead and the
 //! inner shim never hears of the container.
+//!
+//! The proxy also keeps track of containerd's use of it ([`Usage`]): its open connections and the
+//! bundle of every container it was started for or saw a Create of. Once no connection is open and
+//! every one of those bundles is gone (containerd removes a task's bundle when it deletes the task
+//! or gives up on it), nothing is left for the proxy to serve, even if the inner shim stays (it can,
+//! after containerd gave up on a Create that runc was still running).
 
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -80,16 +88,59 @@ pub fn rejection_frame(stream_id: u32, rejection: &Rejection) -> Frame {
     Frame::response(stream_id, response.write_to_bytes().unwrap_or_default())
 }
 
+/// containerd's use of the proxy: its open connections, and the bundles of the containers the
+/// proxy serves (the one `start` named, and each Create's).
+#[derive(Debug, Default)]
+pub struct Usage {
+    open: AtomicUsize,
+    bundles: Mutex<Vec<PathBuf>>,
+}
+
+impl Usage {
+    /// Usage of a proxy started for the container whose bundle is `bundle`.
+    pub fn new(bundle: Option<PathBuf>) -> Arc<Usage> {
+        Arc::new(Usage { open: AtomicUsize::new(0), bundles: Mutex::new(bundle.into_iter().collect()) })
+    }
+
+    /// Whether containerd is done with the proxy: no connection open, and every bundle known gone
+    /// by `exists` (containerd removes a bundle when it deletes the task or gives up on it; while
+    /// it restarts, its tasks' bundles stay). Never with no bundle known.
+    pub fn done(&self, exists: impl Fn(&Path) -> bool) -> bool {
+        if self.open.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        let bundles = self.bundles.lock().unwrap_or_else(|e| e.into_inner());
+        !bundles.is_empty() && !bundles.iter().any(|b| exists(b))
+    }
+
+    fn opened(&self) {
+        self.open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn closed(&self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn created(&self, bundle: &str) {
+        let mut bundles = self.bundles.lock().unwrap_or_else(|e| e.into_inner());
+        if !bundles.iter().any(|b| b.as_os_str() == bundle) {
+            bundles.push(PathBuf::from(bundle));
+        }
+    }
+}
+
 /// The proxy for one inner shim.
 pub struct Proxy {
     inner: ShimAddress,
     gate: Arc<dyn CreateGate>,
+    usage: Arc<Usage>,
 }
 
 impl Proxy {
-    /// A proxy forwarding to the inner shim at `inner`, consulting `gate` on every Create.
-    pub fn new(inner: ShimAddress, gate: Arc<dyn CreateGate>) -> Proxy {
-        Proxy { inner, gate }
+    /// A proxy forwarding to the inner shim at `inner`, consulting `gate` on every Create and
+    /// telling `usage` about containerd's connections and containers.
+    pub fn new(inner: ShimAddress, gate: Arc<dyn CreateGate>, usage: Arc<Usage>) -> Proxy {
+        Proxy { inner, gate, usage }
     }
 
     /// Accepts connections forever, serving each on its own threads. Returns only when the listening
@@ -117,12 +168,17 @@ impl Proxy {
                 }
             };
             let gate = Arc::clone(&self.gate);
+            let usage = Arc::clone(&self.usage);
+            usage.opened();
             let spawned = thread::Builder::new().name("conn".into()).spawn(move || {
-                if let Err(e) = pump(downstream, upstream, gate) {
+                if let Err(e) = pump(downstream, upstream, gate, &usage) {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
+                usage.closed();
             });
             if let Err(e) = spawned {
+                // Never opened as far as containerd's use goes (the closure, and its count, is gone).
+                self.usage.closed();
                 // The connection's sockets were moved into the closure and are closed with it.
                 tracing::warn!(error = %e, "cannot start a thread for a connection; dropped it");
             }
@@ -143,7 +199,12 @@ fn accept_error_is_transient(e: &io::Error) -> bool {
 
 /// Copies frames between containerd (`downstream`) and the inner shim (`upstream`) until either side
 /// closes, intercepting Creates. Returns when containerd's side is done.
-pub fn pump(downstream: UnixStream, upstream: UnixStream, gate: Arc<dyn CreateGate>) -> io::Result<()> {
+pub fn pump(
+    downstream: UnixStream,
+    upstream: UnixStream,
+    gate: Arc<dyn CreateGate>,
+    usage: &Usage,
+) -> io::Result<()> {
     // Two writers share containerd's side (relayed answers, and our own refusals); the inner shim's
     // side has one writer, the request loop below.
     let down_writer = Arc::new(Mutex::new(downstream.try_clone()?));
@@ -163,7 +224,7 @@ pub fn pump(downstream: UnixStream, upstream: UnixStream, gate: Arc<dyn CreateGa
 
     // containerd -> inner shim: verbatim except Create.
     let mut down_reader = downstream;
-    let result = forward_requests(&mut down_reader, &down_writer, &mut up_writer, gate.as_ref());
+    let result = forward_requests(&mut down_reader, &down_writer, &mut up_writer, gate.as_ref(), usage);
     let _ = up_writer.shutdown(std::net::Shutdown::Both);
     let _ = back.join();
     result
@@ -181,6 +242,7 @@ fn forward_requests(
     down_writer: &Mutex<UnixStream>,
     up_writer: &mut UnixStream,
     gate: &dyn CreateGate,
+    usage: &Usage,
 ) -> io::Result<()> {
     while let Some(frame) = read_frame(reader)? {
         match classify(&frame) {
@@ -191,6 +253,7 @@ fn forward_requests(
                 send(down_writer, &rejection_frame(frame.header.stream_id, &rejection))?;
             }
             Classified::Create(create) => {
+                usage.created(&create.bundle);
                 // The Create is decided here, on the read loop, and forwarded before any later frame:
                 // Go ttrpc servers (v1.2+, containerd 1.7 and 2.x) refuse a request whose stream id is
                 // not above every id they have seen on the connection, so a Create held back while a
@@ -348,7 +411,7 @@ mod tests {
         let (client, proxy_down) = UnixStream::pair().unwrap();
         let (proxy_up, inner) = UnixStream::pair().unwrap();
         let inner_thread = thread::spawn(move || echo_inner(inner));
-        let pump_thread = thread::spawn(move || pump(proxy_down, proxy_up, gate));
+        let pump_thread = thread::spawn(move || pump(proxy_down, proxy_up, gate, &Usage::default()));
         let mut client_w = client.try_clone().unwrap();
         for f in &frames {
             write_frame(&mut client_w, f).unwrap();
@@ -383,6 +446,73 @@ mod tests {
         let response = Response::parse_from_bytes(&answers[0].payload).unwrap();
         assert_eq!(response.status.message, "refused gpu-c");
         assert_ne!(answers[0].payload, create.payload, "the echo shim must not have seen it");
+    }
+
+    /// A proxy serving a real socket in front of an echoing "inner shim", started for `bundle`.
+    fn serving_proxy(dir: &std::path::Path, bundle: PathBuf) -> (ShimAddress, Arc<Usage>) {
+        let inner = ShimAddress { abstract_socket: false, path: dir.join("inner") };
+        let inner_listener = inner.bind().unwrap();
+        thread::spawn(move || {
+            for conn in inner_listener.incoming() {
+                let conn = conn.unwrap();
+                thread::spawn(move || echo_inner(conn));
+            }
+        });
+        let own = ShimAddress { abstract_socket: false, path: dir.join("proxy") };
+        let listener = own.bind().unwrap();
+        let usage = Usage::new(Some(bundle));
+        let proxy = Proxy::new(inner, Arc::new(Allow), Arc::clone(&usage));
+        thread::spawn(move || proxy.serve(&listener));
+        (own, usage)
+    }
+
+    fn call(conn: &mut UnixStream, frame: &Frame) {
+        write_frame(conn, frame).unwrap();
+        read_frame(conn).unwrap().expect("an answer");
+    }
+
+    /// `usage.done`, asked until it says yes or `millis` have passed (connections close
+    /// asynchronously).
+    fn done_within(usage: &Usage, millis: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(millis);
+        loop {
+            if usage.done(Path::exists) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn containerd_is_done_with_the_proxy_when_no_connection_is_open_and_every_bundle_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+        std::fs::create_dir(&first).unwrap();
+        std::fs::create_dir(&second).unwrap();
+        let (own, usage) = serving_proxy(dir.path(), first.clone());
+
+        // A connection open, then a Create of a second container through it.
+        let mut conn = own.connect().unwrap();
+        let create = create_payload("second", second.to_str().unwrap());
+        call(&mut conn, &request_frame("containerd.task.v3.Task", "Create", create));
+        std::fs::remove_dir(&first).unwrap();
+        std::fs::remove_dir(&second).unwrap();
+        assert!(!done_within(&usage, 200), "a connection is open: containerd still uses the proxy");
+
+        // No connection (containerd restarting), a bundle still there: not done.
+        std::fs::create_dir(&second).unwrap();
+        drop(conn);
+        assert!(!done_within(&usage, 200), "the second container's bundle is still there");
+
+        // containerd gave up on it too: done.
+        std::fs::remove_dir(&second).unwrap();
+        assert!(done_within(&usage, 5000), "no connection and no bundle left");
+
+        // A proxy that knows no bundle is never done by this rule.
+        assert!(!Usage::default().done(|_| false));
     }
 
     /// Answers like a Go ttrpc server since v1.2 (containerd 1.7 and 2.x): a request whose stream id
@@ -426,7 +556,7 @@ mod tests {
         let (poke_tx, poke_rx) = std::sync::mpsc::channel();
         let inner_thread = thread::spawn(move || strict_inner(inner, arrived_tx, poke_tx));
         let gate: Arc<dyn CreateGate> = Arc::new(Busy(Mutex::new(poke_rx)));
-        let pump_thread = thread::spawn(move || pump(proxy_down, proxy_up, gate));
+        let pump_thread = thread::spawn(move || pump(proxy_down, proxy_up, gate, &Usage::default()));
 
         // containerd 2.x: a Create for one container, then a call for another, on one connection.
         let mut client_w = client.try_clone().unwrap();

@@ -31,6 +31,8 @@ pub struct CdiGenCommand {
     pub sys_root: PathBuf,
     /// `[regenerate] mps-pipe-dir`: the MPS pipe directory regenerated specs mount, if any.
     pub mps_pipe_dir: Option<PathBuf>,
+    /// `[regenerate] hook-timeout-secs`: the OCI timeout of the regenerated spec's hook runs.
+    pub hook_timeout_secs: u32,
     /// How long a run may take ([`GENERATE_TIMEOUT`] outside tests).
     pub timeout: Duration,
 }
@@ -51,6 +53,7 @@ impl CdiGenCommand {
             hook_path: request.hook_path.clone(),
             nvml_lib: request.nvml_lib.clone(),
             mps_pipe_dir: self.mps_pipe_dir.clone(),
+            hook_timeout_secs: Some(self.hook_timeout_secs),
             output: request.spec_path.clone(),
             kind: Some(request.kind.clone()),
             format: Format::from_path(&request.spec_path).unwrap_or(Format::Yaml),
@@ -108,6 +111,7 @@ mod tests {
             proc_root: "/host/proc".into(),
             sys_root: "/host/sys".into(),
             mps_pipe_dir: Some("/run/nvidia/mps".into()),
+            hook_timeout_secs: 12,
             timeout,
         };
         (dir, command)
@@ -137,6 +141,8 @@ mod tests {
             "/run/nvidia/driver/lib/libnvidia-ml.so.1",
             "--mps-pipe-dir",
             "/run/nvidia/mps",
+            "--hook-timeout-secs",
+            "12",
             "--output",
             &spec.display().to_string(),
             "--vendor",
@@ -190,6 +196,7 @@ mod tests {
             proc_root: "/proc".into(),
             sys_root: "/sys".into(),
             mps_pipe_dir: None,
+            hook_timeout_secs: nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
             timeout: GENERATE_TIMEOUT,
         };
         let e = command.regenerate(&request(Path::new("/x.json"))).unwrap_err();

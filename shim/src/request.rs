@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use nvinject_cdi::{Kind, NameError, QualifiedName};
+use nvinject_fsio::escape::escape;
 use serde_json::Value;
 
 /// Where volume-mount requests point.
@@ -61,7 +62,14 @@ pub enum Source {
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Annotations(keys) => write!(f, "annotations {}", keys.join(",")),
+            // Keys come from the pod: escaped and cut, so a 70 KB key is one short field.
+            Source::Annotations(keys) => {
+                f.write_str("annotations ")?;
+                for (i, key) in keys.iter().enumerate() {
+                    write!(f, "{}{}", if i == 0 { "" } else { "," }, escape(key))?;
+                }
+                Ok(())
+            }
             Source::VolumeMounts => f.write_str("volume-mounts"),
             Source::Env => f.write_str(VISIBLE_DEVICES_ENV),
         }
@@ -125,7 +133,7 @@ impl Resolution {
 
 /// A request that names something that cannot be a device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid device request {value:?} in {origin}: {error}")]
+#[error("invalid device request `{}` in {origin}: {error}", escape(.value))]
 pub struct RequestError {
     /// Where it was.
     pub origin: Source,
@@ -154,6 +162,9 @@ pub enum RequestProblem {
         /// `cdi.default-kind`.
         default: Kind,
     },
+    /// The MPS device without a GPU of its kind (see `nvinject_cdi::nvinject::check_mps_request`).
+    #[error(transparent)]
+    MpsWithoutGpu(Box<nvinject_cdi::nvinject::MpsWithoutGpu>),
 }
 
 /// Reads the requests of the container whose OCI spec is `oci`.
@@ -259,6 +270,16 @@ pub fn resolve(oci: &Value, policy: &Policy) -> Result<Resolution, RequestError>
             names.push(name);
         }
     }
+    // The MPS pipe folder goes only with a GPU: a request for it alone is a mistake or an attempt
+    // to reach the daemon without being its client.
+    if let Err(e) = nvinject_cdi::nvinject::check_mps_request(&names) {
+        let value = e.mps.to_string();
+        return Err(RequestError {
+            origin: source,
+            value,
+            error: RequestProblem::MpsWithoutGpu(Box::new(e)),
+        });
+    }
     Ok(Resolution::Devices { source, names, ignored, naming })
 }
 
@@ -321,6 +342,21 @@ mod tests {
         let r = resolve(&oci, &policy()).unwrap();
         assert_eq!(names(&r), ["nvidia.com/gpu=GPU-1", "nvidia.com/gpu=GPU-2", "nvidia.com/gpu=3"]);
         assert!(matches!(r, Resolution::Devices { source: Source::Annotations(ref k), .. } if k.len() == 2));
+    }
+
+    #[test]
+    fn keys_and_names_from_the_pod_are_escaped_and_cut_in_messages() {
+        let long_key = format!("cdi.k8s.io/{}", "k".repeat(70_000));
+        let oci = json!({"annotations": {long_key.clone(): "nvidia.com/gpu=0\n\u{1b}[2J"}});
+        let e = resolve(&oci, &policy()).unwrap_err().to_string();
+        assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e:?}");
+        assert!(e.contains("...[truncated: 70011 bytes in all]"), "{e}");
+        assert!(e.contains("`nvidia.com/gpu=0\\n\\u{1b}[2J`"), "{e}");
+        assert!(e.len() < 1000, "{} bytes: {e}", e.len());
+        // The same key on a good request: the source, as the create log shows it, is cut too.
+        let oci = json!({"annotations": {long_key: "nvidia.com/gpu=0"}});
+        let Resolution::Devices { source, .. } = resolve(&oci, &policy()).unwrap() else { panic!() };
+        assert!(source.to_string().len() < 400, "{source}");
     }
 
     #[test]
@@ -460,6 +496,31 @@ mod tests {
             json!(null),
         ] {
             assert_eq!(resolve(&oci, &policy()).unwrap(), Resolution::Nothing { ignored: vec![] });
+        }
+    }
+
+    #[test]
+    fn the_mps_device_is_refused_without_a_gpu_from_every_source() {
+        let mps_only = [
+            json!({"annotations": {"cdi.k8s.io/a": "nvidia.com/gpu=mps"}}),
+            privileged(&["NVIDIA_VISIBLE_DEVICES=mps"]),
+            json!({"mounts": [{"destination": "/var/run/nvidia-container-devices/mps", "source": "/dev/null"}]}),
+            // Another kind's device is no GPU of the MPS device's kind.
+            json!({"annotations": {"cdi.k8s.io/a": "nvidia.com/gpu=mps,example.com/net=0"}}),
+        ];
+        for oci in mps_only {
+            let e = resolve(&oci, &policy()).unwrap_err();
+            assert_eq!(e.value, "nvidia.com/gpu=mps", "{oci}");
+            assert!(matches!(e.error, RequestProblem::MpsWithoutGpu(_)), "{e}");
+            assert!(e.to_string().contains("without a GPU of kind nvidia.com/gpu"), "{e}");
+        }
+        // With a GPU (as the device plugin hands it out), from any source: given.
+        for oci in [
+            json!({"annotations": {"cdi.k8s.io/a": "nvidia.com/gpu=GPU-1", "cdi.k8s.io/b": "nvidia.com/gpu=mps"}}),
+            privileged(&["NVIDIA_VISIBLE_DEVICES=GPU-1,mps"]),
+        ] {
+            let names = names(&resolve(&oci, &policy()).unwrap());
+            assert_eq!(names, ["nvidia.com/gpu=GPU-1", "nvidia.com/gpu=mps"], "{oci}");
         }
     }
 }

@@ -43,6 +43,9 @@ fn entry() -> impl Strategy<Value = String> {
         Just("MIG-1d5e0e3c-1c2d-5e1a-8f1b-2a4c7d9e0f11".to_owned()),
         Just("nvidia.com/gpu=1".to_owned()),
         Just("nvidia.com/gpu=all".to_owned()),
+        Just("mps".to_owned()),
+        Just("nvidia.com/gpu=mps".to_owned()),
+        Just("example.com/nic=mps".to_owned()),
         Just("nvidia.com/mig=0:1".to_owned()),
         Just("example.com/nic=eth0".to_owned()),
         Just("=".to_owned()),
@@ -222,9 +225,11 @@ fn check(oci: &Oci, accept_env: bool, accept_mounts: bool) -> Result<(), TestCas
     let default_kind: Kind = DEFAULT_KIND.parse().unwrap();
     match &first {
         Err(e) => {
-            // The error names the entry and where it came from.
+            // The error names the entry (escaped and cut: it is the pod's text) and where it came from.
             let shown = e.to_string();
-            prop_assert!(shown.contains(&format!("{:?}", e.value)), "{}", shown);
+            let value = nvinject_fsio::escape::escape(&e.value).to_string();
+            prop_assert!(shown.contains(&format!("`{value}`")), "{}", shown);
+            prop_assert!(!shown.chars().any(char::is_control), "{:?}", shown);
             prop_assert!(shown.contains(&e.origin.to_string()), "{}", shown);
             // Refused only for a reason: not a CDI name, or another kind from env or mounts.
             let valid = match e.value.parse::<QualifiedName>() {
@@ -238,6 +243,11 @@ fn check(oci: &Oci, accept_env: bool, accept_mounts: bool) -> Result<(), TestCas
                     prop_assert!(!matches!(e.origin, Source::Annotations(_)), "{}", shown);
                     prop_assert_eq!(n.kind(), kind);
                     prop_assert!(kind != &default_kind, "{}", shown);
+                }
+                // The MPS device with no GPU of its kind beside it.
+                (RequestProblem::MpsWithoutGpu(m), Some(n)) => {
+                    prop_assert!(nvinject_cdi::nvinject::is_mps_device(&n), "{}", shown);
+                    prop_assert_eq!(&m.mps, &n);
                 }
                 (problem, valid) => prop_assert!(false, "{:?} refused as {:?}: {}", valid, problem, shown),
             }
@@ -269,6 +279,12 @@ fn check(oci: &Oci, accept_env: bool, accept_mounts: bool) -> Result<(), TestCas
     }
     if let Ok(Resolution::Devices { source, names, .. }) = &first {
         prop_assert!(!names.is_empty(), "devices from {} but no names", source);
+        // The MPS pipe folder is given only beside a GPU of its kind.
+        for mps in names.iter().filter(|n| nvinject_cdi::nvinject::is_mps_device(n)) {
+            let gpu =
+                names.iter().any(|n| n.kind() == mps.kind() && !nvinject_cdi::nvinject::is_mps_device(n));
+            prop_assert!(gpu, "{} given without a GPU: {:?}", mps, names);
+        }
         let mut seen = std::collections::BTreeSet::new();
         for name in names {
             // In the CDI grammar: the text form parses back to the same name.

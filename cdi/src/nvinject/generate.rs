@@ -46,6 +46,9 @@ pub struct GenerateInvocation {
     pub nvml_lib: Option<PathBuf>,
     /// `--mps-pipe-dir`: the MPS pipe directory the spec mounts; `None`: no MPS.
     pub mps_pipe_dir: Option<PathBuf>,
+    /// `--hook-timeout-secs`: the OCI timeout of the spec's hook runs; `None`: the generator's
+    /// default ([`super::DEFAULT_HOOK_TIMEOUT_SECS`]).
+    pub hook_timeout_secs: Option<u32>,
     /// `--output`: the spec file, written atomically.
     pub output: PathBuf,
     /// `--vendor` and `--class`; `None`: the generator's default ([`super::DEFAULT_KIND`]).
@@ -79,6 +82,9 @@ impl GenerateInvocation {
         }
         if let Some(dir) = &self.mps_pipe_dir {
             flag("--mps-pipe-dir", dir);
+        }
+        if let Some(secs) = self.hook_timeout_secs {
+            flag("--hook-timeout-secs", Path::new(&secs.to_string()));
         }
         flag("--output", &self.output);
         if let Some(kind) = &self.kind {
@@ -220,6 +226,7 @@ mod tests {
             hook_path: "/usr/local/nvinject/bin/nvinject-hook".into(),
             nvml_lib: None,
             mps_pipe_dir: None,
+            hook_timeout_secs: None,
             output: "/var/run/cdi/nvidia.com-gpu.json".into(),
             kind: None,
             format: Format::Json,
@@ -243,6 +250,7 @@ mod tests {
             driver_root_ctr_path: Some("/driver-root".into()),
             nvml_lib: Some("/lib/libnvidia-ml.so.1".into()),
             mps_pipe_dir: Some("/run/nvidia/mps".into()),
+            hook_timeout_secs: Some(45),
             kind: Some("example.com/gpu".parse().unwrap()),
             format: Format::Yaml,
             ..invocation()
@@ -251,7 +259,7 @@ mod tests {
             text(&full.to_args()),
             "--log-level warn generate --driver-root /run/nvidia/driver --driver-root-ctr-path /driver-root \
              --dev-root / --proc-root /proc --sys-root /sys --hook-path /usr/local/nvinject/bin/nvinject-hook \
-             --nvml-lib /lib/libnvidia-ml.so.1 --mps-pipe-dir /run/nvidia/mps \
+             --nvml-lib /lib/libnvidia-ml.so.1 --mps-pipe-dir /run/nvidia/mps --hook-timeout-secs 45 \
              --output /var/run/cdi/nvidia.com-gpu.json --vendor example.com --class gpu --format yaml"
         );
     }

@@ -99,6 +99,9 @@ pub struct SpecFacts {
     pub path: String,
     /// Its text; `Ok(None)` when it is missing.
     pub text: Result<Option<String>, ProbeError>,
+    /// Why the shim would not trust it (owner or mode of it or a folder above); `None` when it
+    /// passes the spec-trust check or is missing.
+    pub untrusted: Option<nvinject_cdi::UntrustedError>,
     /// Other tools' spec files where they matter to ours: its directory, and those read after it
     /// ([`crate::foreign_specs`]).
     pub foreign: crate::foreign_specs::Scan,

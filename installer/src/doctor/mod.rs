@@ -324,6 +324,45 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_the_shim_would_not_trust_fails_with_the_fix() {
+        let node = healthy_node("550.54.15");
+        let root = node.dir.path();
+        let cdi_line =
+            || check(&settings(&node), &args(), &env(&node, || Ok((0, "GPU 0".into()))))[1].clone();
+        // Whatever the umask: the layout the installer makes.
+        for (rel, mode) in [("var/run/cdi", 0o755), ("var/run", 0o755), ("var", 0o755)] {
+            fs::set_permissions(root.join(rel), fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let spec = root.join("var/run/cdi/nvidia.com-gpu.json");
+        fs::set_permissions(&spec, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(cdi_line().status, Status::Ok, "control: {:?}", cdi_line());
+
+        fs::set_permissions(&spec, fs::Permissions::from_mode(0o666)).unwrap();
+        let line = cdi_line();
+        assert_eq!(line.status, Status::Fail);
+        assert!(
+            line.detail.contains("untrusted CDI spec /var/run/cdi/nvidia.com-gpu.json")
+                && line.detail.contains("0666"),
+            "{line:?}"
+        );
+        assert_eq!(line.fix.as_deref(), Some("chmod go-w /var/run/cdi/nvidia.com-gpu.json"));
+
+        fs::set_permissions(&spec, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::set_permissions(root.join("var/run/cdi"), fs::Permissions::from_mode(0o1777)).unwrap();
+        let line = cdi_line();
+        assert_eq!(line.status, Status::Fail);
+        assert!(line.detail.contains("its folder /var/run/cdi") && line.detail.contains("1777"), "{line:?}");
+        assert_eq!(line.fix.as_deref(), Some("chmod go-w /var/run/cdi"));
+        // Sticky above the spec folder is allowed (as /tmp).
+        fs::set_permissions(root.join("var/run/cdi"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(root.join("var/run"), fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(cdi_line().status, Status::Ok, "{:?}", cdi_line());
+        fs::set_permissions(root.join("var"), fs::Permissions::from_mode(0o777)).unwrap();
+        let line = cdi_line();
+        assert!(line.detail.contains("the folder above it /var ") && line.status == Status::Fail, "{line:?}");
+    }
+
+    #[test]
     fn a_runtime_containerd_has_not_loaded_asks_for_a_restart() {
         let node = healthy_node("550.54.15");
         let mut env = env(&node, || Ok((0, String::new())));

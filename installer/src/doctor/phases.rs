@@ -66,6 +66,10 @@ pub fn spec(facts: &SpecFacts, driver: Option<&DriverFacts>) -> Line {
         Ok(None) => return Line::fail(phase, format!("{spec_path} is missing"), fix),
         Err(e) => return Line::fail(phase, format!("{spec_path} cannot be read: {e}"), fix),
     };
+    // The shim sets an untrusted spec aside: every GPU container would be refused naming it.
+    if let Some(e) = &facts.untrusted {
+        return Line::fail(phase, e.summary(), e.fix().unwrap_or_else(|| e.to_string()));
+    }
     let spec: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => return Line::fail(phase, format!("{spec_path} is not valid JSON: {e}"), fix),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use nvinject_cdi::trust::{self, Owners, Stat, UntrustedError};
 use nvinject_gpu::Inventory;
 
 use super::args::DoctorArgs;
@@ -95,6 +96,34 @@ impl HostFiles {
         foreign_specs::scan(&self.root, our_spec, readers)
     }
 
+    /// The spec-trust verdict on the spec file `host_path` as the shim reaches it
+    /// ([`nvinject_cdi::trust`]): the file, its folder and every folder above it, as written and as
+    /// resolved, all inside the host root; `None` when it passes or is missing (which the phase
+    /// reports itself). Owner names come from the host's `/etc/passwd`.
+    pub fn spec_trust(&self, host_path: &str, owners: &Owners) -> Option<UntrustedError> {
+        let spec = Path::new(host_path);
+        let file = self.root.metadata(host_path).ok().flatten()?;
+        let dir = spec.parent()?;
+        let resolved = self.root.open().ok()?.canonicalize(dir).ok()?;
+        let mut folders = Vec::new();
+        for (d, role) in trust::folders_of(dir, &resolved) {
+            match self.root.metadata(&d.to_string_lossy()) {
+                Ok(Some(m)) => folders.push((d, role, Stat::from(&m))),
+                Ok(None) => return None,
+                Err(e) => {
+                    return Some(UntrustedError::Stat {
+                        spec: spec.to_owned(),
+                        what: d,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        let verdict = trust::judge_chain(spec, &Stat::from(&file), &folders, owners).err()?;
+        let passwd = self.text("/etc/passwd").ok().flatten().unwrap_or_default();
+        Some(verdict.with_names_from(&passwd))
+    }
+
     /// The NVML library to load: `--nvml-lib`, else found under the driver root; either way
     /// located inside the host root, so the loader is never handed a path a link sends out of it.
     pub fn nvml_library(&self, settings: &Settings) -> std::result::Result<Option<PathBuf>, ProbeError> {
@@ -128,8 +157,10 @@ pub fn driver(settings: &Settings, env: &dyn DoctorEnv) -> DriverFacts {
 pub fn spec(settings: &Settings, env: &dyn DoctorEnv) -> SpecFacts {
     let path = settings.spec_path();
     let text = env.files().text(&path);
+    // The shim and the device plugin run as root: what they would refuse, doctor reports.
+    let untrusted = env.files().spec_trust(&path, &Owners::this_process());
     let foreign = env.files().foreign_specs(&path, &cdi_readers(settings, env));
-    SpecFacts { path, text, foreign }
+    SpecFacts { path, text, untrusted, foreign }
 }
 
 /// Who resolves CDI names on this node: the shim (the spec dirs of its config file) and, when it

@@ -20,6 +20,10 @@
 //! daemon's `control` socket: connects (`SOCK_SEQPACKET`), sends MESSAGE, waits for one answer,
 //! and prints `NVINJECT-MPS <SOCKET> reply=<answer>`, or `NVINJECT-MPS <SOCKET> <step>=<errno>`
 //! and exits 1.
+//!
+//! `nvinject-probe mps-tamper DIR` is what a hostile container does to an MPS pipe folder it can
+//! reach (issue 32): removes `control`, links `/etc/shadow` in its place, makes a FIFO and writes a
+//! file there, each step printed as `NVINJECT-MPS tamper-<step> ok` or `... <errno>`.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
@@ -39,13 +43,38 @@ fn main() {
             (Some(socket), Some(message)) => mps_client(&socket, &message),
             _ => usage(),
         },
+        Some("mps-tamper") => match std::env::args().nth(2) {
+            Some(dir) => mps_tamper(Path::new(&dir)),
+            None => usage(),
+        },
         _ => usage(),
     }
 }
 
+fn mps_tamper(dir: &Path) {
+    let say = |step: &str, r: std::io::Result<()>| match r {
+        Ok(()) => println!("NVINJECT-MPS tamper-{step} ok"),
+        Err(e) => println!(
+            "NVINJECT-MPS tamper-{step} {}",
+            e.raw_os_error()
+                .map_or_else(|| e.to_string(), |n| format!("{:?}", nix::errno::Errno::from_raw(n)))
+        ),
+    };
+    let control = dir.join("control");
+    say("unlink", std::fs::remove_file(&control));
+    say("symlink", std::os::unix::fs::symlink("/etc/shadow", &control));
+    say(
+        "mkfifo",
+        nix::unistd::mkfifo(&dir.join("planted-fifo"), nix::sys::stat::Mode::from_bits_truncate(0o666))
+            .map_err(std::io::Error::from),
+    );
+    say("write", std::fs::write(dir.join("planted-file"), b"written by a container\n"));
+}
+
 fn usage() -> ! {
     eprintln!(
-        "usage: nvinject-probe report|pause|exit CODE|as-user UID PROGRAM [ARG]...|mps-client SOCKET MESSAGE"
+        "usage: nvinject-probe report|pause|exit CODE|as-user UID PROGRAM [ARG]...|mps-client SOCKET MESSAGE|\
+         mps-tamper DIR"
     );
     std::process::exit(2);
 }

@@ -47,7 +47,7 @@ pub struct ConfigFile {
     pub flags: FileFlags,
     /// NVIDIA's resource renaming patterns; NVIDIA ignores them too.
     pub resources: Option<serde_json::Value>,
-    /// Time-slicing (and MPS, which is refused).
+    /// Time-slicing or MPS.
     #[serde(default)]
     pub sharing: FileSharing,
     /// XID health checking.
@@ -79,6 +79,9 @@ pub struct FileFlags {
     pub device_discovery_strategy: Option<serde_json::Value>,
     /// Accepted and ignored (GPU feature discovery settings; labels come from `featuresFile`).
     pub gfd: Option<serde_json::Value>,
+    /// Accepted and ignored: NVIDIA's root for the MPS daemons its own DaemonSet starts; nvinject
+    /// uses the operator's daemon at `flags.plugin.mpsPipeDir`.
+    pub mps_root: Option<serde_json::Value>,
     /// Plugin settings.
     #[serde(default)]
     pub plugin: FilePluginFlags,
@@ -120,6 +123,9 @@ pub struct FilePluginFlags {
     pub features_file: Option<String>,
     /// nvinject: `host:port` (or a bare port, bound to 127.0.0.1) for `/metrics`; empty disables.
     pub metrics_address: Option<String>,
+    /// nvinject: the node's MPS control daemon's pipe directory as the host sees it (the
+    /// `--mps-pipe-dir` the CDI spec is generated with); `sharing.mps` needs it.
+    pub mps_pipe_dir: Option<PathBuf>,
 }
 
 /// `sharing:`
@@ -128,20 +134,20 @@ pub struct FilePluginFlags {
 pub struct FileSharing {
     /// Time-slicing replicas.
     pub time_slicing: Option<FileTimeSlicing>,
-    /// MPS: refused when it asks for replicas.
-    pub mps: Option<serde_json::Value>,
+    /// MPS replicas: the same keys as `timeSlicing`; `null` is no MPS.
+    pub mps: Option<FileTimeSlicing>,
 }
 
-/// `sharing.timeSlicing:`
+/// `sharing.timeSlicing:` and `sharing.mps:`
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileTimeSlicing {
     /// Advertise `<name>.shared` unless a resource says `rename`.
     #[serde(default)]
     pub rename_by_default: bool,
-    /// Refuse a container asking for more than one replica.
-    #[serde(default)]
-    pub fail_requests_greater_than_one: bool,
+    /// Refuse a container asking for more than one replica; unset: no for time-slicing, yes for
+    /// MPS (NVIDIA's defaults).
+    pub fail_requests_greater_than_one: Option<bool>,
     /// nvinject: `distributed` (default) or `packed`, for GetPreferredAllocation.
     pub strategy: Option<String>,
     /// The resources to replicate.

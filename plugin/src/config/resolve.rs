@@ -70,6 +70,8 @@ pub struct Overrides {
     pub disable_healthchecks: Option<String>,
     /// `--health-recovery-period` / `NVINJECT_HEALTH_RECOVERY_PERIOD`.
     pub recovery_period: Option<GoDuration>,
+    /// `--mps-pipe-dir` / `NVINJECT_MPS_PIPE_DIR`; empty: none.
+    pub mps_pipe_dir: Option<PathBuf>,
 }
 
 /// Settings resolved, plus the keys that were accepted but have no effect (to log once).
@@ -100,6 +102,7 @@ pub fn resolve(
         (flags.restart_on_device_unhealthy.is_some(), "flags.restartOnDeviceUnhealthy"),
         (flags.device_discovery_strategy.is_some(), "flags.deviceDiscoveryStrategy"),
         (flags.gfd.is_some(), "flags.gfd"),
+        (flags.mps_root.is_some(), "flags.mpsRoot"),
         (plugin.nvidia_ctk_path.is_some(), "flags.plugin.nvidiaCTKPath"),
         (plugin.nvidia_cdi_hook_path.is_some(), "flags.plugin.nvidiaCDIHookPath"),
         (file.health.event_types.is_some(), "health.eventTypes"),
@@ -119,14 +122,6 @@ pub fn resolve(
         return Err(err(
             "flags.mofedEnabled",
             "MOFED injection is not supported by nvinject: remove the key or set it to false".into(),
-        ));
-    }
-    if let Some(mps) = &file.sharing.mps
-        && !mps.is_null()
-    {
-        return Err(err(
-            "sharing.mps",
-            "MPS sharing is not supported by nvinject: use sharing.timeSlicing instead".into(),
         ));
     }
     if let Some(types) = &file.health.event_types {
@@ -213,13 +208,60 @@ pub fn resolve(
 
     let time_slicing = match &file.sharing.time_slicing {
         None => None,
-        Some(ts) => resolve_time_slicing(ts, origin)?,
+        Some(ts) => Some(resolve_replicas(ts, Strategy::TimeSlicing, origin)?),
+    };
+    let mig_strategy = overrides.mig_strategy.or(flags.mig_strategy).unwrap_or_default();
+    let mps_pipe_dir =
+        pick(&overrides.mps_pipe_dir, &plugin.mps_pipe_dir).filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = &mps_pipe_dir
+        && !dir.is_absolute()
+    {
+        return Err(err(
+            "flags.plugin.mpsPipeDir",
+            format!(
+                "`{}` is not an absolute path: give the MPS pipe directory as the host sees it, e.g. /run/nvidia/mps",
+                dir.display()
+            ),
+        ));
+    }
+    let mps = match &file.sharing.mps {
+        None => None,
+        Some(m) => {
+            let mps = resolve_replicas(m, Strategy::Mps, origin)?;
+            if time_slicing.is_some() {
+                return Err(err(
+                    "sharing.mps",
+                    "sharing.mps and sharing.timeSlicing are both set: a node shares its GPUs one way; \
+                     remove one of them"
+                        .into(),
+                ));
+            }
+            if mps_pipe_dir.is_none() {
+                return Err(err(
+                    "sharing.mps",
+                    "MPS sharing needs this node's MPS control daemon: set flags.plugin.mpsPipeDir (or \
+                     --mps-pipe-dir, NVINJECT_MPS_PIPE_DIR) to its CUDA_MPS_PIPE_DIRECTORY, the directory \
+                     the CDI spec is generated with (nvinject-cdi --mps-pipe-dir, nvinject-installer \
+                     --mps-pipe-dir); or share with sharing.timeSlicing instead"
+                        .into(),
+                ));
+            }
+            if mig_strategy == MigStrategy::Mixed {
+                return Err(err(
+                    "sharing.mps",
+                    "MPS sharing cannot be used with migStrategy mixed (as in NVIDIA's plugin): MIG devices \
+                     are not MPS-shared; use migStrategy none, or sharing.timeSlicing"
+                        .into(),
+                ));
+            }
+            Some(mps)
+        }
     };
 
     let health = resolve_health(&file.health, overrides, origin)?;
 
     let settings = Settings {
-        mig_strategy: overrides.mig_strategy.or(flags.mig_strategy).unwrap_or_default(),
+        mig_strategy,
         fail_on_init_error: overrides.fail_on_init_error.or(flags.fail_on_init_error).unwrap_or(true),
         nvml_library: pick(&overrides.nvml_library, &plugin.nvml_library),
         proc_root: pick(&overrides.proc_root, &plugin.proc_root)
@@ -236,6 +278,8 @@ pub fn resolve(
         features_file,
         metrics_address,
         time_slicing,
+        mps,
+        mps_pipe_dir,
         health,
     };
     Ok(ResolvedConfig { settings, ignored })
@@ -267,33 +311,60 @@ pub fn parse_metrics_address(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("`{s}` is not an address: write host:port (e.g. 127.0.0.1:9402) or a port"))
 }
 
-fn resolve_time_slicing(ts: &FileTimeSlicing, origin: &str) -> Result<Option<TimeSlicing>, ConfigError> {
+/// Which `sharing` section a replica list is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strategy {
+    TimeSlicing,
+    Mps,
+}
+
+/// The most clients one MPS server takes on a Volta or later GPU (NVIDIA's plugin refuses more
+/// replicas than this).
+pub const MAX_MPS_REPLICAS: i64 = 48;
+
+/// `sharing.timeSlicing` or `sharing.mps`: the same keys, checked the same way; MPS also caps the
+/// replicas at [`MAX_MPS_REPLICAS`], takes no MIG resource, and refuses more than one replica per
+/// container unless told otherwise (NVIDIA's defaults).
+fn resolve_replicas(ts: &FileTimeSlicing, which: Strategy, origin: &str) -> Result<TimeSlicing, ConfigError> {
     let err = |field: String, msg: String| ConfigError::field(origin, field, msg);
+    let (key, word) = match which {
+        Strategy::TimeSlicing => ("sharing.timeSlicing", "timeSlicing"),
+        Strategy::Mps => ("sharing.mps", "mps"),
+    };
     let policy = match ts.strategy.as_deref().map(str::trim) {
         None | Some("") | Some("distributed") => ReplicaPolicy::Distributed,
         Some("packed") => ReplicaPolicy::Packed,
         Some(other) => {
             return Err(err(
-                "sharing.timeSlicing.strategy".into(),
+                format!("{key}.strategy"),
                 format!("unknown strategy `{other}`: expected distributed or packed"),
             ));
         }
     };
     if ts.resources.is_empty() {
         return Err(err(
-            "sharing.timeSlicing.resources".into(),
-            "no resources listed: add e.g. `- name: nvidia.com/gpu` with `replicas: 4`, or remove timeSlicing"
-                .into(),
+            format!("{key}.resources"),
+            format!(
+                "no resources listed: add e.g. `- name: nvidia.com/gpu` with `replicas: 4`, or remove {word}"
+            ),
         ));
     }
+    let max = if which == Strategy::Mps { MAX_MPS_REPLICAS } else { 1024 };
     let mut resources: Vec<ReplicatedResource> = Vec::new();
     for (i, r) in ts.resources.iter().enumerate() {
-        let at = |f: &str| format!("sharing.timeSlicing.resources[{i}].{f}");
+        let at = |f: &str| format!("{key}.resources[{i}].{f}");
         let name = ResourceName::parse(&r.name).map_err(|m| err(at("name"), m))?;
-        if r.replicas < 1 || r.replicas > 1024 {
+        if which == Strategy::Mps && name.short().starts_with("mig-") {
+            return Err(err(
+                at("name"),
+                format!("`{name}` is a MIG resource: MIG devices are not MPS-shared; share nvidia.com/gpu"),
+            ));
+        }
+        if r.replicas < 1 || r.replicas > max {
+            let why = if which == Strategy::Mps { " (an MPS server takes at most 48 clients)" } else { "" };
             return Err(err(
                 at("replicas"),
-                format!("{} replicas: give a number from 1 to 1024", r.replicas),
+                format!("{} replicas: give a number from 1 to {max}{why}", r.replicas),
             ));
         }
         match &r.devices {
@@ -322,11 +393,11 @@ fn resolve_time_slicing(ts: &FileTimeSlicing, origin: &str) -> Result<Option<Tim
         }
         resources.push(ReplicatedResource { name, advertised_as, replicas: r.replicas as u32 });
     }
-    Ok(Some(TimeSlicing {
-        fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
+    Ok(TimeSlicing {
+        fail_requests_greater_than_one: ts.fail_requests_greater_than_one.unwrap_or(which == Strategy::Mps),
         policy,
         resources,
-    }))
+    })
 }
 
 fn resolve_health(h: &FileHealth, over: &Overrides, origin: &str) -> Result<HealthPolicy, ConfigError> {
@@ -537,7 +608,7 @@ sharing:
             (
                 "sharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 2\n",
                 "sharing.mps",
-                "timeSlicing",
+                "set flags.plugin.mpsPipeDir",
             ),
             ("version: v2\n", "version", "v1"),
             ("health:\n  criticalXIDs: some\n", "health.criticalXIDs", "all"),
@@ -564,6 +635,116 @@ sharing:
             assert!(e.starts_with("/etc/cfg.yaml: field `"), "{e}");
             assert!(e.contains(field), "`{e}` should name `{field}`");
             assert!(e.contains(needle), "`{e}` should say `{needle}`");
+        }
+    }
+
+    const MPS: &str = "version: v1\nflags:\n  plugin:\n    mpsPipeDir: /run/nvidia/mps\nsharing:\n  mps:\n";
+
+    #[test]
+    fn nvidia_mps_config_is_understood_with_the_node_s_pipe_dir() {
+        let text = format!(
+            "{MPS}    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n"
+        );
+        let s = resolve_text(&text, &Overrides::default()).unwrap().settings;
+        assert_eq!(s.mps_pipe_dir, Some(PathBuf::from("/run/nvidia/mps")));
+        assert_eq!(s.time_slicing, None);
+        let mps = s.mps.unwrap();
+        assert!(mps.fail_requests_greater_than_one, "NVIDIA's MPS default: one replica per container");
+        assert_eq!(mps.resources[0].advertised_as.as_str(), "nvidia.com/gpu.shared");
+        assert_eq!(mps.resources[0].replicas, 10);
+
+        // Explicitly relaxed; not renamed; the pipe dir from the flag or environment instead.
+        let text = "sharing:\n  mps:\n    failRequestsGreaterThanOne: false\n    resources:\n    - name: gpu\n      replicas: 48\n";
+        let over = Overrides { mps_pipe_dir: Some("/run/mps".into()), ..Default::default() };
+        let s = resolve_text(text, &over).unwrap().settings;
+        let mps = s.mps.unwrap();
+        assert!(!mps.fail_requests_greater_than_one);
+        assert_eq!(mps.resources[0].advertised_as.as_str(), "nvidia.com/gpu");
+        assert_eq!(s.mps_pipe_dir, Some(PathBuf::from("/run/mps")));
+        // The flag beats the file.
+        let text = format!("{MPS}    resources:\n    - name: gpu\n      replicas: 2\n");
+        assert_eq!(
+            resolve_text(&text, &over).unwrap().settings.mps_pipe_dir,
+            Some(PathBuf::from("/run/mps"))
+        );
+
+        // Time-slicing's default stays: more than one replica per container is allowed.
+        let text = "sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n";
+        let s = resolve_text(text, &Overrides::default()).unwrap().settings;
+        assert!(!s.time_slicing.unwrap().fail_requests_greater_than_one);
+        assert_eq!(s.mps, None);
+        // `mps: null` (a Helm default) is no MPS, and needs no pipe dir.
+        let s = resolve_text("sharing:\n  mps: null\n", &Overrides::default()).unwrap().settings;
+        assert_eq!((s.mps, s.mps_pipe_dir), (None, None));
+        // NVIDIA's mpsRoot (its own daemons' root) is accepted and reported as not acted on.
+        let r = resolve_text("flags:\n  mpsRoot: /run/nvidia/mps\n", &Overrides::default()).unwrap();
+        assert_eq!(r.ignored, ["flags.mpsRoot"]);
+    }
+
+    #[test]
+    fn mps_refusals_name_the_key_and_the_fix() {
+        let one = "    resources:\n    - name: gpu\n      replicas: 2\n";
+        let cases: Vec<(String, Overrides, &str, &[&str])> = vec![
+            (
+                format!("sharing:\n  mps:\n{one}"),
+                Overrides::default(),
+                "sharing.mps",
+                &[
+                    "MPS sharing needs this node's MPS control daemon",
+                    "flags.plugin.mpsPipeDir",
+                    "NVINJECT_MPS_PIPE_DIR",
+                    "nvinject-cdi --mps-pipe-dir",
+                ],
+            ),
+            (
+                format!("sharing:\n  mps:\n{one}"),
+                Overrides { mps_pipe_dir: Some("".into()), ..Default::default() },
+                "sharing.mps",
+                &["flags.plugin.mpsPipeDir"],
+            ),
+            (
+                format!("{MPS}{one}  timeSlicing:\n{one}"),
+                Overrides::default(),
+                "sharing.mps",
+                &["both set", "remove one"],
+            ),
+            (
+                format!("{MPS}{one}"),
+                Overrides { mig_strategy: Some(MigStrategy::Mixed), ..Default::default() },
+                "sharing.mps",
+                &["migStrategy mixed", "migStrategy none"],
+            ),
+            (
+                format!("{MPS}    resources:\n    - name: mig-1g.10gb\n      replicas: 2\n"),
+                Overrides::default(),
+                "sharing.mps.resources[0].name",
+                &["MIG resource", "share nvidia.com/gpu"],
+            ),
+            (
+                format!("{MPS}    resources:\n    - name: gpu\n      replicas: 49\n"),
+                Overrides::default(),
+                "sharing.mps.resources[0].replicas",
+                &["from 1 to 48", "at most 48 clients"],
+            ),
+            (
+                format!("{MPS}    resources: []\n"),
+                Overrides::default(),
+                "sharing.mps.resources",
+                &["remove mps"],
+            ),
+            (
+                format!("sharing:\n  mps:\n{one}"),
+                Overrides { mps_pipe_dir: Some("run/mps".into()), ..Default::default() },
+                "flags.plugin.mpsPipeDir",
+                &["not an absolute path"],
+            ),
+        ];
+        for (text, over, field, needles) in cases {
+            let e = resolve_text(&text, &over).expect_err(&text).to_string();
+            assert!(e.starts_with(&format!("/etc/cfg.yaml: field `{field}`: ")), "{e}\n{text}");
+            for n in needles {
+                assert!(e.contains(n), "`{e}` should say `{n}`");
+            }
         }
     }
 

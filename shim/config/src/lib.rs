@@ -49,6 +49,10 @@ pub struct CdiConfig {
     pub default_kind: Kind,
     /// Annotation key prefixes whose values are CDI device requests, each `<DNS subdomain>/`.
     pub annotation_prefixes: Vec<String>,
+    /// Use spec files that fail the trust check ([`nvinject_cdi::trust`]: not root's, writable by
+    /// others, or in a folder others may change), logging each use at warn. Off: such a file is
+    /// set aside and a Create that needs it is refused naming it and the fix.
+    pub accept_untrusted_specs: bool,
 }
 
 impl Default for CdiConfig {
@@ -57,6 +61,7 @@ impl Default for CdiConfig {
             spec_dirs: nvinject_cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect(),
             default_kind: nvinject_cdi::nvinject::default_kind(),
             annotation_prefixes: vec![CDI_ANNOTATION_PREFIX.to_owned()],
+            accept_untrusted_specs: false,
         }
     }
 }
@@ -142,9 +147,14 @@ pub struct RegenerateConfig {
     /// Hook path written into regenerated specs.
     pub hook_path: Option<PathBuf>,
     /// The MPS control daemon's pipe directory (`CUDA_MPS_PIPE_DIRECTORY`), when this node runs
-    /// MPS: regenerated specs mount it writable into every GPU container and set the variable.
+    /// MPS: regenerated specs carry the `mps` device, which mounts it writable and sets the
+    /// variable in the containers given that device (never the common edits).
     /// Unset: no MPS pieces (`nvinject-cdi generate --mps-pipe-dir`).
     pub mps_pipe_dir: Option<PathBuf>,
+    /// The OCI `timeout` (seconds, 1 to 3600) of the hook runs in regenerated specs, and of the
+    /// run the shim adds for the mounts it moves into the hook (`nvinject-cdi generate
+    /// --hook-timeout-secs`): runc kills a hook still running after it and fails the start.
+    pub hook_timeout_secs: u32,
     /// The spec file the shim keeps present: generated (with the roots above) when a device is
     /// requested and the file is missing, e.g. after a reboot emptied `/var/run/cdi`.
     pub spec_path: Option<PathBuf>,
@@ -169,6 +179,7 @@ impl Default for RegenerateConfig {
             nvml_lib: None,
             hook_path: None,
             mps_pipe_dir: None,
+            hook_timeout_secs: nvinject_cdi::nvinject::DEFAULT_HOOK_TIMEOUT_SECS,
             spec_path: None,
             lock_dir: PathBuf::from("/run/nvinject/locks"),
             lock_timeout_secs: 10,
@@ -229,12 +240,19 @@ struct CdiFile {
     spec_dirs: Vec<PathBuf>,
     default_kind: String,
     annotation_prefixes: Vec<String>,
+    accept_untrusted_specs: bool,
 }
 
 impl Default for CdiFile {
     fn default() -> Self {
-        let CdiConfig { spec_dirs, default_kind, annotation_prefixes } = CdiConfig::default();
-        CdiFile { spec_dirs, default_kind: default_kind.to_string(), annotation_prefixes }
+        let CdiConfig { spec_dirs, default_kind, annotation_prefixes, accept_untrusted_specs } =
+            CdiConfig::default();
+        CdiFile {
+            spec_dirs,
+            default_kind: default_kind.to_string(),
+            annotation_prefixes,
+            accept_untrusted_specs,
+        }
     }
 }
 
@@ -305,6 +323,13 @@ impl ConfigFile {
                  e.g. /run/nvidia/mps, or remove the key when the node runs no MPS",
             ));
         }
+        if !nvinject_cdi::nvinject::HOOK_TIMEOUT_SECS_RANGE.contains(&self.regenerate.hook_timeout_secs) {
+            return Err(invalid(
+                "regenerate.hook-timeout-secs",
+                &self.regenerate.hook_timeout_secs,
+                "give the seconds runc lets a hook run, from 1 to 3600 (default 30)",
+            ));
+        }
         if self.runtime.delegate.as_os_str().is_empty() {
             return Err(invalid(
                 "runtime.delegate",
@@ -317,6 +342,7 @@ impl ConfigFile {
                 spec_dirs: self.cdi.spec_dirs,
                 default_kind,
                 annotation_prefixes: self.cdi.annotation_prefixes,
+                accept_untrusted_specs: self.cdi.accept_untrusted_specs,
             },
             requests: self.requests,
             runtime: self.runtime,
@@ -340,6 +366,7 @@ mod tests {
         assert_eq!(c.cdi.spec_dirs, [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]);
         assert!(!c.requests.accept_env_unprivileged);
         assert!(!c.requests.accept_volume_mounts);
+        assert!(!c.cdi.accept_untrusted_specs, "untrusted specs are refused unless configured");
         assert!(c.regenerate.enabled);
     }
 
@@ -351,6 +378,7 @@ mod tests {
             spec-dirs = ["/a", "/b"]
             default-kind = "example.com/dev"
             annotation-prefixes = ["cdi.k8s.io/", "x.io/"]
+            accept-untrusted-specs = true
             [requests]
             accept-env-unprivileged = true
             accept-nvidia-visible-devices-as-volume-mounts = true
@@ -371,11 +399,13 @@ mod tests {
             spec-path = "/var/run/cdi/nvidia.com-gpu.json"
             lock-dir = "/run/x/locks"
             lock-timeout-secs = 3
+            hook-timeout-secs = 9
             generator = "/opt/nvinject/bin/nvinject-cdi"
             "#,
         )
         .unwrap();
         assert_eq!(c.cdi.default_kind.as_str(), "example.com/dev");
+        assert!(c.cdi.accept_untrusted_specs);
         assert!(c.requests.accept_env_unprivileged);
         assert!(c.requests.accept_volume_mounts);
         assert_eq!(c.runtime.log_file.as_deref(), Some(Path::new("/var/log/nvinject/shim.log")));
@@ -385,6 +415,8 @@ mod tests {
         assert_eq!(c.regenerate.spec_path.as_deref(), Some(Path::new("/var/run/cdi/nvidia.com-gpu.json")));
         assert_eq!(c.regenerate.lock_dir, PathBuf::from("/run/x/locks"));
         assert_eq!(c.regenerate.lock_timeout_secs, 3);
+        assert_eq!(c.regenerate.hook_timeout_secs, 9);
+        assert_eq!(Config::default().regenerate.hook_timeout_secs, 30);
         assert_eq!(c.regenerate.generator.as_deref(), Some(Path::new("/opt/nvinject/bin/nvinject-cdi")));
         assert_eq!(Config::default().regenerate.generator, None, "beside the shim unless configured");
         assert_eq!(c.regenerate.mps_pipe_dir.as_deref(), Some(Path::new("/run/nvidia/mps")));
@@ -397,6 +429,11 @@ mod tests {
         assert!(err.contains("accept-env") && err.contains("/etc/nvinject/config.toml"), "{err}");
         let err = parse("[runtimes]\n").unwrap_err().to_string();
         assert!(err.contains("runtimes"), "{err}");
+        // A misspelt trust switch must not silently leave the host strict or open.
+        let err = parse("[cdi]\naccept-untrusted-spec = true\n").unwrap_err().to_string();
+        assert!(err.contains("accept-untrusted-spec") && err.contains("accept-untrusted-specs"), "{err}");
+        let err = parse("[runtime]\naccept-untrusted-specs = true\n").unwrap_err().to_string();
+        assert!(err.contains("accept-untrusted-specs"), "{err}");
     }
 
     #[test]
@@ -414,11 +451,14 @@ mod tests {
             ("[runtime]\ndelegate = \"\"", "runtime.delegate"),
             ("[regenerate]\nmps-pipe-dir = \"nvidia-mps\"", "regenerate.mps-pipe-dir"),
             ("[regenerate]\nmps-pipe-dir = \"/\"", "regenerate.mps-pipe-dir"),
+            ("[regenerate]\nhook-timeout-secs = 0", "regenerate.hook-timeout-secs"),
+            ("[regenerate]\nhook-timeout-secs = 3601", "regenerate.hook-timeout-secs"),
             (
                 "[requests]\naccept-nvidia-visible-devices-as-volume-mounts = \"yes\"",
                 "accept-nvidia-visible-devices-as-volume-mounts",
             ),
             ("[requests]\naccept-volume-mounts = true", "accept-volume-mounts"),
+            ("[cdi]\naccept-untrusted-specs = \"yes\"", "accept-untrusted-specs"),
         ];
         for (text, key) in cases {
             let err = parse(text).unwrap_err().to_string();
@@ -468,6 +508,7 @@ mod tests {
         let mut c = Config::default();
         c.cdi.default_kind = "example.com/dev".parse().unwrap();
         c.cdi.spec_dirs.push(PathBuf::from("/opt/cdi"));
+        c.cdi.accept_untrusted_specs = true;
         c.requests.accept_volume_mounts = true;
         c.requests.driver_capabilities = DriverCapabilities::Ignore;
         c.runtime.log_file = Some(PathBuf::from("/var/log/nvinject.log"));

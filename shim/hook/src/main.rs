@@ -17,11 +17,12 @@
 //! Only a static build (no dynamic loader) may run: see the crate documentation and
 //! `shim/README.md` for why and how it is built.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use nvinject_fsio::escape::escape_within;
 use nvinject_fsio::mount::MountApi;
 use nvinject_fsio::root::{ParentDirs, Root};
 use nvinject_hook as hook;
@@ -50,11 +51,40 @@ fn main() {
         // thread can be reading the environment while it is modified.
         unsafe { std::env::remove_var(key) };
     }
-    let _ =
-        tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).without_time().try_init();
+    // Plain text, always: runc passes stderr into containerd's error and log, which are read as
+    // text, so no colour (tracing's default) and no control character from a file name.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(|| PlainStderr)
+        .with_ansi(false)
+        .with_target(false)
+        .without_time()
+        .try_init();
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("nvinject-hook: {}", message(&e));
+        eprintln!("nvinject-hook: {}", escape_within(&message(&e), MESSAGE_LIMIT));
         std::process::exit(1);
+    }
+}
+
+/// The longest message or log line the hook prints (anything longer is cut, with its length).
+const MESSAGE_LIMIT: usize = 8192;
+
+/// stderr for log lines: each line escaped ([`escape_within`]) but for its final newline. Text
+/// from the image (file and link names) reaches these lines.
+struct PlainStderr;
+
+impl Write for PlainStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (line, end) = match text.strip_suffix('\n') {
+            Some(line) => (line, "\n"),
+            None => (&*text, ""),
+        };
+        write!(std::io::stderr().lock(), "{}{end}", escape_within(line, MESSAGE_LIMIT))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use nvinject_fsio::escape::escape_within;
 use nvinject_shim::address::ShimAddress;
 use nvinject_shim::config::Config;
 use nvinject_shim::config::RuntimeConfig;
@@ -23,6 +24,9 @@ use nvinject_shim::inject::Injector;
 use nvinject_shim::regenerate::{CdiGenCommand, GENERATE_TIMEOUT};
 use nvinject_shim::start::{self, StartOutcome, StartRequest};
 use nvinject_shim::{daemon, inner};
+
+/// The longest error message `start` prints for containerd (anything longer is cut, with its length).
+const MESSAGE_LIMIT: usize = 8192;
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -36,7 +40,8 @@ fn run_shim_action(args: &[OsString]) -> i32 {
     match shim_action(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("containerd-shim-nvinject-v2: {e:#}");
+            // containerd shows this text to people and logs it: escaped, never raw.
+            eprintln!("containerd-shim-nvinject-v2: {}", escape_within(&format!("{e:#}"), MESSAGE_LIMIT));
             1
         }
     }
@@ -171,6 +176,10 @@ fn proxy(
     // that descriptor (checked above to be an open socket); we take sole ownership of it, once.
     let listener = unsafe { UnixListener::from_raw_fd(args.listen_fd) };
     let own = ShimAddress::parse(&args.listen)?;
+    // The socket file is ours from here: every way out removes it (an error or panic here through
+    // the guard; signals, the runc shim's exit and containerd's leaving through `daemon`).
+    let _socket = daemon::SocketGuard(own.clone());
+    daemon::exit_on_signals(&own)?;
     let inner = ShimAddress::parse(&args.inner)?;
     let config = config?;
     let regen = &config.regenerate;
@@ -185,6 +194,7 @@ fn proxy(
             proc_root: regen.proc_root.clone(),
             sys_root: regen.sys_root.clone(),
             mps_pipe_dir: regen.mps_pipe_dir.clone(),
+            hook_timeout_secs: regen.hook_timeout_secs,
             timeout: GENERATE_TIMEOUT,
         }),
     };
@@ -193,7 +203,7 @@ fn proxy(
         init_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
         "proxy initialised"
     );
-    daemon::run(listener, own, inner, Arc::new(gate))?;
+    daemon::run(listener, own, inner, Arc::new(gate), args.bundle)?;
     Ok(())
 }
 
@@ -249,6 +259,7 @@ fn init_logging(config: &RuntimeConfig, fifo: Option<&Path>, namespace: &str) {
         config.log_level
     ));
     let _ = tracing_subscriber::fmt()
+        .with_ansi(false)
         .json()
         .flatten_event(true)
         .with_current_span(false)
