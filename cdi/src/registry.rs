@@ -29,6 +29,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use nvinject_fsio::escape::escape;
 use serde::Deserialize;
 
 use crate::codec::Format;
@@ -192,7 +193,8 @@ pub struct Listed<'a> {
 pub enum ResolveError {
     /// No loadable spec has the kind.
     #[error(
-        "unresolvable CDI device {name}: no CDI spec for kind {kind} in {}{}",
+        "unresolvable CDI device {}: no CDI spec for kind {kind} in {}{}",
+        escape(name),
         PathList(dirs),
         Broken(broken)
     )]
@@ -208,7 +210,9 @@ pub enum ResolveError {
     },
     /// Specs of the kind exist but none defines the device.
     #[error(
-        "unresolvable CDI device {name}: no device `{device}` in {} (devices there: {}){}",
+        "unresolvable CDI device {}: no device `{}` in {} (devices there: {}){}",
+        escape(name),
+        escape(device),
         PathList(files),
         Names(available),
         Broken(broken)
@@ -227,7 +231,8 @@ pub enum ResolveError {
     },
     /// Two files of the same directory define the device.
     #[error(
-        "ambiguous CDI device {name}: defined by {} in the same directory; remove or rename one",
+        "ambiguous CDI device {}: defined by {} in the same directory; remove or rename one",
+        escape(name),
         PathList(paths)
     )]
     Conflict {
@@ -601,6 +606,17 @@ mod tests {
         assert!(err.contains("b-bad.json"), "{err}");
         let err = reg.resolve(&q("amd.com/gpu=0")).unwrap_err().to_string();
         assert!(err.contains("no CDI spec for kind amd.com/gpu in "), "{err}");
+    }
+
+    #[test]
+    fn a_long_device_name_is_cut_in_the_message() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("nvidia.yaml"), spec_yaml("nvidia.com/gpu", &["0"], "ok")).unwrap();
+        let reg = Registry::scan(&[dir.path()]);
+        // A valid CDI name of 70,000 characters: the message stays short and says how long it was.
+        let long = format!("nvidia.com/gpu={}", "a".repeat(70_000));
+        let err = reg.resolve(&q(&long)).unwrap_err().to_string();
+        assert!(err.len() < 2_000 && err.contains("[truncated: 70015 bytes in all]"), "{}", &err[..200]);
     }
 
     #[test]

@@ -21,7 +21,9 @@
 //! `create-symlinks` hook, only the `update-ldcache` hook, either taking the mounts into its run),
 //! interleaved with runc; the shim's own time per container from its log lines (read config.json,
 //! resolve and apply, write); and the proxy's memory per pod (RSS and PSS of the proxy process while
-//! a container runs, next to the runc shim's). Figures are printed; nothing is asserted.
+//! a container runs, next to the runc shim's); and the hook's own run against the OCI `timeout` the
+//! spec gives it (the spec pointed at a wrapper that times the real hook). Figures are printed;
+//! nothing is asserted.
 //!
 //! To measure another build's binaries with this same harness (before/after comparisons), point
 //! `NVINJECT_ARTIFACTS_DIR` at that build's profile directory (see `nvinject_simnode::artifacts`).

@@ -526,7 +526,8 @@ fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
     assert_eq!(fs::metadata(rootfs.join("etc/ld.so.conf")).unwrap().len(), 100 << 20);
     b.attack("conf-100mb", plant).assert_failed_clearly(&["/etc/ld.so.conf", "limit"]);
 
-    // An include loop: a.conf includes b.conf includes a.conf. Cut at the nesting limit, named.
+    // An include loop: a.conf includes b.conf includes a.conf. Refused at the include that closes
+    // it, named.
     let plant: Plant = &|r, _| {
         put(r, "/etc/ld.so.conf.d/a.conf", "include b.conf\n");
         put(r, "/etc/ld.so.conf.d/b.conf", "include /etc/ld.so.conf.d/a.conf\n");
@@ -537,7 +538,11 @@ fn hostile_conf_files_neither_hang_nor_exhaust_the_hook() {
         attack::old_hook_ldconfig(&rootfs, &b.case_dir("include-loop-control"), "ldconfig", RUN_TIMEOUT)
             .unwrap();
     assert!(run.stderr.contains("Too many open files"), "the control's ldconfig: {run:?}");
-    b.attack("include-loop", plant).assert_failed_clearly(&["a.conf", "deeper"]);
+    // Named at the file and line that close the loop, with the chain (not the hook's drop-in).
+    b.attack("include-loop", plant).assert_failed_clearly(&[
+        "/etc/ld.so.conf.d/b.conf line 1",
+        "include loop (/etc/ld.so.conf.d/a.conf -> /etc/ld.so.conf.d/b.conf -> /etc/ld.so.conf.d/a.conf)",
+    ]);
 
     // 10k include lines of a glob that matches: stopped at the file-count limit, named.
     let plant: Plant =

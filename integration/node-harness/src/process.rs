@@ -15,7 +15,24 @@ use crate::error::{HarnessError, Result};
 /// libraries on `LD_LIBRARY_PATH` for tests and benches, and the loader of every dynamically linked
 /// program containerd starts would first search them all (~170 failed opens per start of a shim),
 /// which no node does and which would skew what the benchmarks measure.
+///
+/// Its signals start at their defaults too, as a service manager starts a unit: a test run under
+/// `nohup` (or any parent that ignores SIGHUP) would otherwise hand containerd an ignored SIGHUP,
+/// which Go keeps ignored, and the installer's signal restart would wait for an exit that never
+/// comes. (`std` already clears the signal mask and SIGPIPE's disposition.)
 pub fn as_node_service(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only `signal(2)`, async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGQUIT] {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
     cmd.env_remove("LD_LIBRARY_PATH")
 }
 
