@@ -60,7 +60,10 @@ impl Supervised {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     let log_file = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-                    let spawned = Command::new(&containerd)
+                    let mut service = Command::new(&containerd);
+                    // Signals at their defaults, as systemd starts a unit (see `as_node_service`).
+                    nvinject_node_harness::process::as_node_service(&mut service);
+                    let spawned = service
                         .arg("--config")
                         .arg(&config)
                         .env("PATH", &path)
