@@ -442,16 +442,8 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
         let probe = probe_image(&work.join("probe.tar")).unwrap_or_else(|e| panic!("{e}"));
 
         // The node, configured by our installer before containerd starts (as after a reboot).
-        let shim_link = work.join("shim-link");
-        fs::create_dir_all(&shim_link).unwrap();
-        let options = NodeOptions {
-            node_name: "gpu-node".into(),
-            containerd_path_prepend: vec![shim_link.clone()],
-            images: vec![probe],
-            ..NodeOptions::default()
-        };
-        let prepared = PreparedNode::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
-        let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
+        let (prepared, shim_link, original_config) =
+            node_for_the_installer(inside, &artifacts, "gpu-node", probe);
         let t = Instant::now();
         let out = run(&mut installer("install", &sim, &shim_link));
         println!("installer: install in {:.2?}\n{}", t.elapsed(), out.trim_end());
@@ -601,6 +593,29 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
 /// whose device plugin shares `nvidia.com/gpu` with `sharing.mps`, a pod given a replica gets the
 /// spec's MPS device (the daemon's pipe folder and `CUDA_MPS_PIPE_DIRECTORY`) and reaches the
 /// daemon; a pod without a GPU, through the same runtime, sees neither and does not reach it.
+
+/// A node named `name` whose containerd the installer is to configure before it starts (as after a
+/// reboot): the shim-link folder on containerd's `PATH`, the probe image, and containerd's config
+/// as it was before the installer.
+fn node_for_the_installer(
+    inside: &namespace::Inside,
+    artifacts: &KubeletArtifacts,
+    name: &str,
+    probe: nvinject_image_tool::image::BuiltImage,
+) -> (PreparedNode, PathBuf, Vec<u8>) {
+    let shim_link = inside.work().join("shim-link");
+    fs::create_dir_all(&shim_link).unwrap();
+    let options = NodeOptions {
+        node_name: name.into(),
+        containerd_path_prepend: vec![shim_link.clone()],
+        images: vec![probe],
+        ..NodeOptions::default()
+    };
+    let prepared = PreparedNode::new(inside, artifacts, options).unwrap_or_else(|e| panic!("{e}"));
+    let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
+    (prepared, shim_link, original_config)
+}
+
 #[test]
 #[ignore = "needs root"]
 fn mps_shared_pods_get_the_mps_device_through_the_kubelet() {
@@ -613,16 +628,8 @@ fn mps_shared_pods_get_the_mps_device_through_the_kubelet() {
         let pipe_dir = sim.driver_root().join("tmp/nvidia-mps");
         let dir = pipe_dir.to_string_lossy().into_owned();
         let probe = probe_image(&work.join("probe.tar")).unwrap_or_else(|e| panic!("{e}"));
-        let shim_link = work.join("shim-link");
-        fs::create_dir_all(&shim_link).unwrap();
-        let options = NodeOptions {
-            node_name: "mps-node".into(),
-            containerd_path_prepend: vec![shim_link.clone()],
-            images: vec![probe],
-            ..NodeOptions::default()
-        };
-        let prepared = PreparedNode::new(inside, &artifacts, options).unwrap_or_else(|e| panic!("{e}"));
-        let original_config = fs::read(CONTAINERD_CONFIG).unwrap();
+        let (prepared, shim_link, original_config) =
+            node_for_the_installer(inside, &artifacts, "mps-node", probe);
         run(installer("install", &sim, &shim_link).arg("--mps-pipe-dir").arg(&pipe_dir));
         let spec: Value =
             serde_json::from_slice(&fs::read("/var/run/cdi/nvidia.com-gpu.json").unwrap()).unwrap();
