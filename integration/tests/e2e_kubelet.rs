@@ -589,11 +589,6 @@ fn gpu_pods_through_kubelet_device_plugin_and_shim() {
     });
 }
 
-/// Issue 32 through a real kubelet: on a node whose spec was installed with `--mps-pipe-dir` and
-/// whose device plugin shares `nvidia.com/gpu` with `sharing.mps`, a pod given a replica gets the
-/// spec's MPS device (the daemon's pipe folder and `CUDA_MPS_PIPE_DIRECTORY`) and reaches the
-/// daemon; a pod without a GPU, through the same runtime, sees neither and does not reach it.
-
 /// A node named `name` whose containerd the installer is to configure before it starts (as after a
 /// reboot): the shim-link folder on containerd's `PATH`, the probe image, and containerd's config
 /// as it was before the installer.
@@ -616,6 +611,10 @@ fn node_for_the_installer(
     (prepared, shim_link, original_config)
 }
 
+/// Issue 32 through a real kubelet: on a node whose spec was installed with `--mps-pipe-dir` and
+/// whose device plugin shares `nvidia.com/gpu` with `sharing.mps`, a pod given a replica gets the
+/// spec's MPS device (the daemon's pipe folder and `CUDA_MPS_PIPE_DIRECTORY`) and reaches the
+/// daemon; a pod without a GPU, through the same runtime, sees neither and does not reach it.
 #[test]
 #[ignore = "needs root"]
 fn mps_shared_pods_get_the_mps_device_through_the_kubelet() {
